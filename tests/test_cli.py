@@ -1,0 +1,75 @@
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from textmill import synthweb
+from textmill.cli import build_parser
+from textmill.pipeline.shards import list_shards
+
+from conftest import run_cli, write_jsonl
+
+COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "demo"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_documents_every_option(command, capsys):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args([command, "--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and action.option_strings[-1] in text
+
+
+def test_missing_input_is_one_error_line(tmp_path):
+    for command in ("clean", "dedup", "shuffle"):
+        extra = ["--num-shards", "2"] if command == "shuffle" else []
+        r = run_cli(command, str(tmp_path / "nope"), "-o", str(tmp_path / "out"), *extra)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("textmill: error: input not found")
+
+
+def test_killed_stage_leaves_nothing_finished_and_rerun_gives_same_bytes(tmp_path):
+    rng = random.Random(3)
+    rows = [{"id": f"d{i}", "text": " ".join(synthweb.prose(rng, 2))} for i in range(3000)]
+    write_jsonl(tmp_path / "in" / "docs.jsonl", rows)
+    args = [sys.executable, "-m", "textmill.cli", "clean", str(tmp_path / "in"), "-o"]
+
+    proc = subprocess.Popen(args + [str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    tmp_file = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        tmp_file = next((p for p in (tmp_path / "killed").glob(".docs.parquet.tmp-*") if p.stat().st_size > 0), None)
+        if tmp_file:  # the first row group is on disk: the stage is mid-write
+            break
+        time.sleep(0.01)
+    assert tmp_file is not None and proc.poll() is None, "the stage finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = tmp_path / "killed"
+    assert not (killed / "docs.parquet").exists() and not (killed / "docs.manifest.json").exists()
+
+    rerun = run_cli("clean", str(tmp_path / "in"), "-o", str(killed))
+    assert rerun.returncode == 0, rerun.stderr
+    clean = run_cli("clean", str(tmp_path / "in"), "-o", str(tmp_path / "clean"))
+    assert clean.returncode == 0, clean.stderr
+    for name in ("docs.parquet", "docs.rejects.parquet"):
+        assert (killed / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+    assert list_shards([killed]) == [killed / "docs.parquet"]
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_funnel(tmp_path):
+    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), "--pages", "60", "--num-shards", "2")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for stage in ("blacklist:", "scrape:", "dedup:", "clean:", "shuffle:", "decontaminate:"):
+        assert stage in out
+    assert "near_duplicate_of" in out and "language=" in out and "timeout 2" in out
+    assert "3 document(s) touched" in out

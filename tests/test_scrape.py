@@ -1,0 +1,107 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from textmill import synthweb
+from textmill.pipeline.blacklist import UrlRules, blacklist_files
+from textmill.pipeline.scrape import ScrapeConfig, extract, scrape_shards
+from textmill.pipeline.shards import list_shards
+
+FAST = ScrapeConfig(timeout_s=2.0, allow_private=True, max_bytes=1_000_000, concurrency=8)
+
+
+def url_shard(tmp_path: Path, urls: list[str]) -> Path:
+    (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+    blacklist_files([tmp_path / "urls.txt"], tmp_path / "bl", UrlRules())
+    return tmp_path / "bl" / "urls.parquet"
+
+
+def test_every_fault_gets_its_reason(tmp_path, small_web, server):
+    base = synthweb.base_url(server)
+    paths = ["/article/1.html", "/redirect/0.html", "/missing.html", "/error.html", "/hang.html", "/drip.html",
+             "/huge.html", "/loop/a.html", "/binary.html", "/report.pdf.html", "/empty.html", "/fr/0.html"]
+    shard = url_shard(tmp_path, [base + p for p in paths] + ["http://127.0.0.1:9/closed.html"])
+    started = time.perf_counter()
+    [m] = scrape_shards([shard], tmp_path / "sc", FAST, extract_workers=0)
+    elapsed = time.perf_counter() - started
+    rejects = {r["url"].removeprefix(base): r for r in pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+    reasons = {p: r["reason"] for p, r in rejects.items()}
+    assert reasons == {
+        "/missing.html": "status=404",
+        "/error.html": "status=500",
+        "/hang.html": "timeout",
+        "/drip.html": "timeout",
+        "/huge.html": "too_large",
+        "/loop/a.html": "redirect_loop",
+        "/binary.html": "binary_content",
+        "/report.pdf.html": "content_type=application/pdf",
+        "/empty.html": "empty_extraction",
+        "http://127.0.0.1:9/closed.html": "connection_error",
+    }
+    # the deadline is a hard wall-clock limit: a dripping body does not keep the fetch alive
+    assert rejects["/drip.html"]["elapsed_s"] < FAST.timeout_s + 1.0
+    assert elapsed < 3 * FAST.timeout_s
+    kept = {r["url"].removeprefix(base): r for r in pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()}
+    assert set(kept) == {"/article/1.html", "/redirect/0.html", "/fr/0.html"}
+    article = kept["/article/1.html"]
+    assert article["status"] == 200 and article["domain"] == "127.0.0.1" and article["word_count"] > 50
+    assert article["text"].split("\n\n")[1] in small_web.texts["/article/1.html"]
+    assert kept["/redirect/0.html"]["final_url"] == base + "/article/0.html"
+    assert m["counts"]["kept"] + m["counts"]["rejected"] == m["counts"]["input"] == len(paths) + 1
+
+
+def test_private_addresses_refused_by_default(tmp_path, server):
+    port = server.server_address[1]
+    shard = url_shard(tmp_path, [f"http://127.0.0.1:{port}/article/1.html", f"http://localhost.localdomain:{port}/article/2.html"])
+    cfg = ScrapeConfig(timeout_s=5.0)
+    scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=0)
+    reasons = pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column("reason").to_pylist()
+    assert reasons[0] == "blocked_address"
+    assert reasons[1] in ("blocked_address", "connection_error")  # the name may not resolve at all here
+    assert server.hits.get("/article/1.html") is None
+
+
+def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
+    base = synthweb.base_url(server)
+    shard = url_shard(tmp_path, [base + "/article/3.html", base + "/missing.html"])
+    cfg = ScrapeConfig(timeout_s=5.0, allow_private=True, keep_html=True)
+    scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=1)
+    [html_row] = pq.read_table(tmp_path / "sc" / "urls.html.parquet").to_pylist()
+    [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
+    assert extract(html_row["final_url"], html_row["html"]) == (doc["title"], doc["text"])
+
+
+def test_killed_scrape_resumes_without_refetching(tmp_path):
+    web = synthweb.build_web(seed=3, articles=40, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    with synthweb.serve(web, latency_s=0.1) as srv:
+        base = synthweb.base_url(srv)
+        shard = url_shard(tmp_path, [base + p for p in web.url_paths])
+        out = tmp_path / "sc"
+        cmd = [sys.executable, "-m", "textmill.cli", "scrape", str(shard), "-o", str(out),
+               "--allow-private-addresses", "--concurrency", "2", "--extract-workers", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        journal = out / ".urls.journal.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count("\n") < 10):
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert not (out / "urls.parquet").exists() and not (out / "urls.manifest.json").exists()
+        done_before = {json.loads(line)["row"]["url"] for line in journal.read_text().splitlines() if line.endswith("}")}
+        assert 10 <= len(done_before) < 40
+        hits_before = dict(srv.hits)
+
+        [m] = scrape_shards(list_shards([tmp_path / "bl"]), out, ScrapeConfig(allow_private=True, concurrency=2), 0)
+    assert m["counts"] == {"input": 40, "kept": 40, "rejected": 0, "output_rows": 40}
+    assert m["resumed"] == len(done_before)
+    for url in done_before:  # journaled pages were not fetched again
+        path = url.removeprefix(base)
+        assert srv.hits[path] == hits_before[path] == 1
+    assert not journal.exists()
+    assert pq.read_table(out / "urls.parquet").column("url").to_pylist() == [base + p for p in web.url_paths]

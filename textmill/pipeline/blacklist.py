@@ -1,0 +1,216 @@
+"""URL blacklisting, after Megatron-LM's tools/openwebtext/blacklist_urls.py.
+
+Each URL line meets these checks in order; the first that fails is its reject reason:
+undecodable, too_short, malformed, bad_scheme, domain_blacklisted=<label>, extension_blacklisted=<ext>,
+duplicate. Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
+order changes from run to run), URLs are normalised before the duplicate check, and each input file
+becomes one output shard, so adding a file later leaves the shards of the earlier files untouched.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import ipaddress
+import lzma
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import tldextract
+
+from textmill.errors import TextmillError
+from textmill.pipeline.shards import URL_SCHEMA, ShardStage, shard_name
+
+# The bundled public-suffix snapshot, never fetched: runs must work offline.
+_TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_TLD_LABEL = re.compile(r"^(?:[a-z]{2,63}|xn--[a-z0-9-]{2,59})$")
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+def _read_list(lines: Iterable[str]) -> list[str]:
+    return [s.strip().lower() for s in lines if s.strip() and not s.lstrip().startswith("#")]
+
+
+def _bundled(name: str) -> list[str]:
+    return _read_list(resources.files("textmill.pipeline").joinpath("data", name).read_text().splitlines())
+
+
+@dataclass(frozen=True)
+class UrlRules:
+    domains: frozenset[str] = field(default_factory=lambda: frozenset(_bundled("domain_blacklist.txt")))
+    extensions: tuple[str, ...] = field(default_factory=lambda: tuple(_bundled("extension_blacklist.txt")))
+    min_length: int = 9  # URLs of 8 characters or fewer are rejected, as in the reference
+
+    @classmethod
+    def with_extra(cls, domain_files: Iterable[Path] = (), extension_files: Iterable[Path] = ()) -> "UrlRules":
+        """The bundled lists extended by the user's files (same format: one entry a line, '#' comments)."""
+        base = cls()
+        domains = set(base.domains)
+        extensions = list(base.extensions)
+        for path in domain_files:
+            domains.update(_read_list(_read_text(path).splitlines()))
+        for path in extension_files:
+            extensions.extend(e if e.startswith(".") else "." + e for e in _read_list(_read_text(path).splitlines()))
+        return cls(domains=frozenset(domains), extensions=tuple(dict.fromkeys(extensions)))
+
+    def params(self) -> dict:
+        return {
+            "domains_sha256": hashlib.sha256("\n".join(sorted(self.domains)).encode()).hexdigest(),
+            "extensions_sha256": hashlib.sha256("\n".join(self.extensions).encode()).hexdigest(),
+            "min_length": self.min_length,
+        }
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise TextmillError(f"cannot read blacklist file {path}: {exc.strerror}") from None
+
+
+def url_id(url: str) -> str:
+    """The stable document id: 16 hex digits of the BLAKE2b hash of the normalised URL."""
+    return hashlib.blake2b(url.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _valid_host(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        labels = host.encode("idna").decode("ascii").split(".")
+    except UnicodeError:
+        return False
+    return len(labels) >= 2 and all(_LABEL.match(x) for x in labels[:-1]) and bool(_TLD_LABEL.match(labels[-1]))
+
+
+def normalize_url(url: str) -> tuple[str | None, str | None]:
+    """(normalised URL, None) or (None, reason). Lower-cases scheme and host, drops the fragment and a
+    default port, and gives an empty path '/' so that trivially different spellings count as duplicates."""
+    if any(c.isspace() for c in url):
+        return None, "malformed"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None, "malformed"
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return None, "bad_scheme" if scheme else "malformed"
+    if not url[len(scheme) :].startswith("://"):
+        return None, "malformed"
+    host = (parts.hostname or "").rstrip(".")
+    if not host or parts.username is not None or not _valid_host(host):
+        return None, "malformed"
+    netloc = host if port is None or port == {"http": 80, "https": 443}[scheme] else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")), None
+
+
+def check_url(url: str, rules: UrlRules) -> tuple[str | None, str | None]:
+    """(normalised URL, None) if the URL passes every rule but the duplicate check, else (None, reason)."""
+    if len(url) < rules.min_length:
+        return None, "too_short"
+    normalized, reason = normalize_url(url)
+    if reason:
+        return None, reason
+    label = _TLD(normalized).domain.lower()
+    if label in rules.domains:
+        return None, f"domain_blacklisted={label}"
+    path = urlsplit(normalized).path.lower()
+    for ext in rules.extensions:
+        if path.endswith(ext):
+            return None, f"extension_blacklisted={ext}"
+    return normalized, None
+
+
+def read_url_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of a URL list: plain text, or .gz/.bz2/.xz compressed."""
+    opener = _OPENERS.get(path.suffix.lower(), open)
+    try:
+        with opener(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                yield lineno, line.rstrip(b"\r\n")
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise TextmillError(f"cannot read URL list {path}: {exc}") from None
+
+
+def url_list_shard_name(path: Path) -> str:
+    """RS_2011-01.bz2.deduped.txt -> RS_2011-01_bz2_deduped: one output shard per input file."""
+    name = path.name
+    for suffix in (".gz", ".bz2", ".xz"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    if name.lower().endswith(".txt"):
+        name = name[:-4]
+    return shard_name(name)
+
+
+def blacklist_file(path: Path, output: Path, rules: UrlRules, seen: set[str]) -> dict:
+    """Filter one URL list into `output` (Parquet of id, url, source). `seen` holds the ids of URLs kept
+    from earlier files and is updated, so duplicates across files are rejected too. Returns the manifest."""
+    n_input = blank = 0
+    with ShardStage("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
+        for lineno, raw in read_url_lines(path):
+            source = f"{path.name}:{lineno}"
+            if not raw.strip():
+                blank += 1  # not a record; counted in the manifest
+                continue
+            n_input += 1
+            try:
+                url = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                stage.reject({"id": None, "url": raw.decode("utf-8", "backslashreplace"), "source": source}, "undecodable")
+                continue
+            normalized, reason = check_url(url, rules)
+            if reason:
+                stage.reject({"id": None, "url": url, "source": source}, reason)
+                continue
+            uid = url_id(normalized)
+            row = {"id": uid, "url": normalized, "source": source}
+            if uid in seen:
+                stage.reject(row, "duplicate")
+                continue
+            seen.add(uid)
+            stage.keep(row)
+        return stage.finish(n_input, blank_lines=blank)
+
+
+def blacklist_files(inputs: Iterable[str | Path], output_dir: Path, rules: UrlRules) -> list[dict]:
+    """Blacklist every URL list of `inputs` (files or directories, taken in sorted order) into one shard
+    each in `output_dir`; a URL kept from an earlier file is a duplicate in a later one."""
+    seen: set[str] = set()
+    return [
+        blacklist_file(path, output_dir / f"{url_list_shard_name(path)}.parquet", rules, seen)
+        for path in url_list_files(inputs)
+    ]
+
+
+def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
+    """Files given directly, and the URL lists (.txt and compressed) inside given directories, sorted."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.iterdir() if p.is_file() and re.search(r"\.(txt|gz|bz2|xz)$", p.name, re.I)
+            )
+            if not found:
+                raise TextmillError(f"no URL lists (*.txt, *.gz, *.bz2, *.xz) in directory {path}")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise TextmillError(f"input not found: {path}")
+    names = [url_list_shard_name(p) for p in files]
+    clash = {n for n in names if names.count(n) > 1}
+    if clash:
+        raise TextmillError(f"two inputs map to the same shard name {sorted(clash)[0]!r}; rename one")
+    return files

@@ -1,0 +1,97 @@
+"""Cleanup, after Megatron-LM's tools/openwebtext/cleanup_dataset.py: repair mojibake with ftfy, keep one
+language by langdetect, drop documents under `min_tokens` tokens.
+
+Differences from the reference, each on purpose:
+- langdetect is seeded (`DetectorFactory.seed`), so the same text always gets the same language, and it
+  reads at most `langdetect_chars` characters, so one huge page cannot stall a shard.
+- Token counts: with a tokenizer (`count_tokens`), GPT-2 BPE tokens plus the end-of-document token, as
+  the reference counts. Without one, the number of GPT-2 pre-tokenisation pieces plus one: every piece is
+  at least one BPE token, so this is a lower bound of the BPE count and may drop a few documents the BPE
+  count would keep. As in the reference, texts of 8 * min_tokens characters or more are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import ftfy
+import regex
+from langdetect import DetectorFactory, LangDetectException, detect
+from tqdm import tqdm
+
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, iter_documents
+
+# The GPT-2 pre-tokenisation pattern (REFERENCE.md section 2.3).
+GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    language: str = "en"
+    min_tokens: int = 128
+    langdetect_chars: int = 4000
+    seed: int = 0
+
+    def params(self) -> dict:
+        return asdict(self)
+
+
+def approx_token_count(text: str) -> int:
+    """GPT-2 pre-tokenisation pieces + 1 for the end-of-document token: a lower bound of BPE tokens."""
+    return sum(1 for _ in GPT2_PATTERN.finditer(text)) + 1
+
+
+def detect_language(text: str, cfg: CleanConfig) -> str | None:
+    DetectorFactory.seed = cfg.seed  # read by every Detector it creates: same text, same answer
+    try:
+        return detect(text[: cfg.langdetect_chars])
+    except LangDetectException:
+        return None
+
+
+def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], int]) -> tuple[dict, str | None, bool]:
+    """(cleaned row, reject reason or None, whether ftfy changed the text)."""
+    text = row["text"] or ""
+    if not text.strip():
+        return row, "empty", False
+    fixed = ftfy.fix_text(text)
+    row = {**row, "text": fixed, "title": ftfy.fix_text(row["title"]) if row.get("title") else row.get("title")}
+    language = detect_language(fixed, cfg)
+    if language is None:
+        return row, "language_undetectable", fixed != text
+    if language != cfg.language:
+        return row, f"language={language}", fixed != text
+    if len(fixed) < 8 * cfg.min_tokens and count_tokens(fixed) < cfg.min_tokens:
+        return row, "too_short", fixed != text
+    return row, None, fixed != text
+
+
+def clean_shards(shards: list[Path], output_dir: Path, cfg: CleanConfig) -> list[dict]:
+    return [
+        clean_shard(s, output_dir / f"{s.stem}.parquet", cfg)
+        for s in tqdm(shards, desc="clean", unit="shard", disable=None)
+    ]
+
+
+def clean_shard(
+    shard: Path, output: Path, cfg: CleanConfig, count_tokens: Callable[[str], int] | None = None, tokenizer: str = "approx"
+) -> dict:
+    """Clean one document shard into `output`; returns its manifest. `tokenizer` names what
+    `count_tokens` counts (it is a parameter of the output)."""
+    count = count_tokens or approx_token_count
+    n = changed = 0
+    with ShardStage("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": tokenizer}) as stage:
+        for row, bad in iter_documents(shard):
+            n += 1
+            if bad:
+                stage.reject(row, bad)
+                continue
+            row, reason, fixed = clean_document(row, cfg, count)
+            changed += fixed
+            if reason:
+                stage.reject(row, reason)
+            else:
+                stage.keep(row)
+        return stage.finish(n, ftfy_changed=changed)

@@ -1,0 +1,185 @@
+"""Evaluation-set decontamination, after Megatron-LM's tools/openwebtext/filter_ngrams.py.
+
+Words are `\\w+` runs, lower-cased. The evaluation n-grams are every 13-gram of each evaluation text; a
+text of 8 to 12 words is one n-gram as a whole; shorter texts are ignored. Pass 1 (`count_matches`)
+counts how often each evaluation n-gram occurs in the training corpus; only those seen fewer than
+`key_threshold` times are used, so phrases common everywhere do not shred ordinary documents. Pass 2
+(`decontaminate_shard`) cuts each match out of a document together with `cut_chars` characters either
+side, widened to the sentence end on the left and the next sentence end on the right; fragments of
+`min_fragment_chars` or fewer are dropped, and a document cut into more than `max_pieces` fragments is
+dropped whole. Fragments become their own records, with ids `<id>-<k>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from tqdm import tqdm
+
+from textmill.errors import TextmillError
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, iter_documents
+
+_WORD = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?]")
+
+
+@dataclass(frozen=True)
+class DecontaminateConfig:
+    max_ngram: int = 13
+    min_ngram: int = 8
+    cut_chars: int = 200
+    min_fragment_chars: int = 200
+    max_pieces: int = 10
+    key_threshold: int = 10
+
+    def params(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EvalNgrams:
+    """The evaluation n-grams, as tuples of words, by length; `firsts` indexes the first two words so
+    that most positions of a training document are ruled out without building an n-gram."""
+
+    grams: set[tuple[str, ...]]
+    lengths: list[int]
+    firsts: set[tuple[str, str]]
+
+    @classmethod
+    def build(cls, grams: Iterable[tuple[str, ...]]) -> "EvalNgrams":
+        grams = set(grams)
+        return cls(grams, sorted({len(g) for g in grams}), {g[:2] for g in grams})
+
+
+def words_with_spans(text: str) -> list[tuple[str, int, int]]:
+    return [(m.group().lower(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def read_eval_texts(path: Path, key: str = "text") -> Iterator[str]:
+    """Texts of an evaluation set in loose JSON (LAMBADA's format); a bad line is an error."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise TextmillError(f"cannot read evaluation set {path}: {exc.strerror}") from None
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise TextmillError(f"{path}:{lineno}: not valid JSON ({exc})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get(key), str):
+                raise TextmillError(f"{path}:{lineno}: no string field {key!r}")
+            yield obj[key]
+
+
+def eval_ngrams(paths: Iterable[Path], cfg: DecontaminateConfig) -> EvalNgrams:
+    grams: set[tuple[str, ...]] = set()
+    for path in paths:
+        for text in read_eval_texts(path):
+            words = [w for w, _, _ in words_with_spans(text)]
+            if len(words) >= cfg.max_ngram:
+                grams.update(tuple(words[i : i + cfg.max_ngram]) for i in range(len(words) - cfg.max_ngram + 1))
+            elif len(words) >= cfg.min_ngram:
+                grams.add(tuple(words))
+    if not grams:
+        raise TextmillError("the evaluation set(s) gave no n-grams (no text of 8 words or more)")
+    return EvalNgrams.build(grams)
+
+
+def find_matches(words: list[tuple[str, int, int]], ngrams: EvalNgrams) -> list[tuple[tuple[str, ...], int, int]]:
+    """(n-gram, start char, end char) of every occurrence of an evaluation n-gram, in text order."""
+    tokens = [w for w, _, _ in words]
+    found = []
+    for i in range(len(tokens) - 1):
+        if (tokens[i], tokens[i + 1]) not in ngrams.firsts:
+            continue
+        for n in ngrams.lengths:
+            gram = tuple(tokens[i : i + n])
+            if len(gram) == n and gram in ngrams.grams:
+                found.append((gram, words[i][1], words[i + n - 1][2]))
+    return found
+
+
+def count_matches(shards: Iterable[Path], ngrams: EvalNgrams) -> Counter:
+    """Pass 1: how often each evaluation n-gram occurs in the training shards."""
+    counts: Counter = Counter()
+    for shard in shards:
+        for row, bad in iter_documents(shard):
+            if not bad:
+                counts.update(g for g, _, _ in find_matches(words_with_spans(row["text"] or ""), ngrams))
+    return counts
+
+
+def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfig) -> list[str]:
+    """The fragments of `text` left after cutting out every span with its surroundings."""
+    pieces = []
+    cursor = 0
+    for start, end in spans:
+        if start < cursor:
+            continue  # inside the part already cut away
+        left_end = max(start - cfg.cut_chars, cursor)
+        last_stop = max((m.end() for m in _SENTENCE_END.finditer(text, cursor, left_end)), default=cursor)
+        pieces.append(text[cursor:last_stop])
+        stop = _SENTENCE_END.search(text, min(end + cfg.cut_chars, len(text)))
+        cursor = stop.end() if stop else len(text)
+    pieces.append(text[cursor:])
+    return [p.strip() for p in pieces if len(p.strip()) > cfg.min_fragment_chars]
+
+
+def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig, eval_files: list[Path]) -> dict:
+    """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
+    n = touched = chars_removed = 0
+    with ShardStage("decontaminate", output, DOC_SCHEMA, [shard, *eval_files], cfg.params()) as stage:
+        for row, bad in iter_documents(shard):
+            n += 1
+            if bad:
+                stage.reject(row, bad)
+                continue
+            text = row["text"] or ""
+            spans = [(s, e) for _, s, e in find_matches(words_with_spans(text), ngrams)]
+            if not spans:
+                stage.keep(row)
+                continue
+            pieces = cut_matches(text, spans, cfg)
+            touched += 1
+            if not pieces:
+                stage.reject(row, "contaminated_no_clean_fragment")
+                chars_removed += len(text)
+            elif len(pieces) > cfg.max_pieces:
+                stage.reject(row, "contaminated_too_many_pieces")
+                chars_removed += len(text)
+            else:
+                chars_removed += len(text) - sum(len(p) for p in pieces)
+                stage.keep_pieces([{**row, "id": f"{row['id']}-{k}", "text": p} for k, p in enumerate(pieces)])
+        return stage.finish(n, documents_touched=touched, characters_removed=chars_removed)
+
+
+def decontaminate_shards(shards: list[Path], output_dir: Path, eval_files: list[Path], cfg: DecontaminateConfig) -> tuple[list[dict], dict]:
+    """Both passes over all shards; returns the shard manifests and a summary of the n-grams used."""
+    ngrams = eval_ngrams(eval_files, cfg)
+    counts = count_matches(tqdm(shards, desc="decontaminate count", unit="shard", disable=None), ngrams)
+    chosen = selected_ngrams(ngrams, counts, cfg)
+    manifests = [
+        decontaminate_shard(s, output_dir / f"{s.stem}.parquet", chosen, cfg, eval_files)
+        for s in tqdm(shards, desc="decontaminate cut", unit="shard", disable=None)
+    ]
+    info = {
+        "eval_ngrams": len(ngrams.grams),
+        "seen_in_training": len(counts),
+        "used": len(chosen.grams),
+        "documents_touched": sum(m["documents_touched"] for m in manifests),
+        "characters_removed": sum(m["characters_removed"] for m in manifests),
+    }
+    return manifests, info
+
+
+def selected_ngrams(ngrams: EvalNgrams, counts: Counter, cfg: DecontaminateConfig) -> EvalNgrams:
+    """The n-grams pass 2 cuts: seen in training, fewer than `key_threshold` times."""
+    return EvalNgrams.build(g for g, c in counts.items() if c < cfg.key_threshold)

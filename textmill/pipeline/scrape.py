@@ -1,0 +1,295 @@
+"""Scraping, after OpenWebText's download.py: fetch each URL of a URL shard, extract title and text with
+newspaper3k, and keep per-URL metadata.
+
+Fetching is asyncio + aiohttp with a hard wall-clock deadline per URL (DNS, connect, redirects and the
+whole body included, not just a socket timeout), a size cap counted on the decompressed body, bounded
+redirects followed by hand so every hop is checked, and http/https only. Private, loopback and link-local
+addresses are refused unless `allow_private` is set (tests and the demo serve from 127.0.0.1).
+
+Extraction runs newspaper3k on the HTML we fetched (never its own downloader, never its `nlp()`), in a
+process pool so the event loop keeps fetching while pages are parsed.
+
+Resumable: each finished URL (kept or rejected) is appended to a journal beside the output; a rerun after
+a crash re-fetches only URLs with no journal line. The shard is built from the journal in input order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import multiprocessing
+import socket
+import time
+from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+import pyarrow as pa
+from tqdm import tqdm
+
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary())])
+
+
+@dataclass(frozen=True)
+class ScrapeConfig:
+    concurrency: int = 32  # URLs fetched at once
+    timeout_s: float = 30.0  # hard wall-clock limit per URL, everything included
+    max_bytes: int = 5 * 1024 * 1024  # largest body accepted (after decompression)
+    max_redirects: int = 5
+    allow_private: bool = False  # fetch from private/loopback/link-local addresses
+    keep_html: bool = False  # write NAME.html.parquet so text can be re-extracted without re-fetching
+    user_agent: str = "textmill/0.1 (corpus builder)"
+
+    def params(self) -> dict:
+        return asdict(self)
+
+
+class BlockedAddress(OSError):
+    """Raised by the resolver for a host that resolves to a non-public address."""
+
+
+def is_public_address(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_global
+
+
+class GuardedResolver(aiohttp.ThreadedResolver):
+    """DNS that refuses hosts resolving to non-public addresses, so no hop of a redirect chain can
+    reach an internal service; the addresses it checked are the ones aiohttp connects to."""
+
+    def __init__(self, allow_private: bool):
+        super().__init__()
+        self.allow_private = allow_private
+        self.blocked: set[str] = set()
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
+        infos = await super().resolve(host, port, family)
+        if not self.allow_private and any(not is_public_address(i["host"]) for i in infos):
+            self.blocked.add(host)
+            raise BlockedAddress(f"{host} resolves to a non-public address")
+        return infos
+
+
+@dataclass
+class Fetched:
+    final_url: str
+    status: int | None = None
+    body: bytes | None = None
+    reason: str | None = None  # set when the fetch failed
+
+
+def _ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
+async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig) -> Fetched:
+    visited = {url}
+    current = url
+    for _ in range(cfg.max_redirects + 1):
+        parts = urlsplit(current)
+        if parts.scheme not in ("http", "https"):
+            return Fetched(current, reason="bad_scheme")
+        host = parts.hostname or ""
+        # aiohttp skips the resolver for IP literals, so they are checked here.
+        if _ip_literal(host) and not cfg.allow_private and not is_public_address(host):
+            return Fetched(current, reason="blocked_address")
+        try:
+            async with session.get(current, allow_redirects=False) as resp:
+                if resp.status in REDIRECT_CODES:
+                    location = resp.headers.get("Location")
+                    if not location:
+                        return Fetched(current, resp.status, reason="redirect_without_location")
+                    current = urljoin(current, location)
+                    if current in visited:
+                        return Fetched(current, resp.status, reason="redirect_loop")
+                    visited.add(current)
+                    continue
+                if resp.status != 200:
+                    return Fetched(current, resp.status, reason=f"status={resp.status}")
+                mime = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+                if mime not in HTML_TYPES:
+                    return Fetched(current, resp.status, reason=f"content_type={mime or 'missing'}")
+                if (resp.content_length or 0) > cfg.max_bytes:
+                    return Fetched(current, resp.status, reason="too_large")
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > cfg.max_bytes:
+                        return Fetched(current, resp.status, reason="too_large")
+                return Fetched(current, resp.status, bytes(body))
+        except aiohttp.ClientConnectorError:
+            blocked = host in resolver.blocked
+            return Fetched(current, reason="blocked_address" if blocked else "connection_error")
+        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError, aiohttp.ServerDisconnectedError):
+            return Fetched(current, reason="broken_response")
+        except aiohttp.ClientError:
+            return Fetched(current, reason="connection_error")
+    return Fetched(current, reason="too_many_redirects")
+
+
+async def fetch(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig) -> Fetched:
+    """Fetch one URL within `cfg.timeout_s` of wall-clock time, whatever the server does."""
+    try:
+        async with asyncio.timeout(cfg.timeout_s):
+            return await _fetch_hops(session, resolver, url, cfg)
+    except TimeoutError:
+        return Fetched(url, reason="timeout")
+
+
+def looks_binary(body: bytes) -> bool:
+    """Binary data served as text/html: NUL bytes, or many control bytes, in the first 8 KiB."""
+    head = body[:8192]
+    if b"\x00" in head:
+        return True
+    control = sum(1 for b in head if b < 9 or 13 < b < 32)
+    return control > len(head) // 20
+
+
+def extract(url: str, html: bytes) -> tuple[str, str]:
+    """(title, text) of a page, by newspaper3k from HTML we fetched ourselves."""
+    from newspaper import Article, Config
+
+    config = Config()
+    config.fetch_images = False
+    config.memoize_articles = False
+    article = Article(url, config=config)
+    article.download(input_html=html)
+    article.parse()
+    return article.title or "", article.text or ""
+
+
+def _journal_path(output: Path) -> Path:
+    return output.with_name(f".{output.stem}.journal.jsonl")
+
+
+def _read_journal(path: Path) -> dict[str, dict]:
+    """Finished URLs from an earlier, interrupted run; a torn last line is ignored (and re-fetched)."""
+    done: dict[str, dict] = {}
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                done[entry["row"]["id"]] = entry
+    return done
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _scrape_pending(
+    pending: list[dict], cfg: ScrapeConfig, extractor: Executor | None, journal, progress: tqdm
+) -> None:
+    loop = asyncio.get_running_loop()
+    resolver = GuardedResolver(cfg.allow_private)
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout_s, sock_read=cfg.timeout_s)
+    queue: Iterator[dict] = iter(pending)
+
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers={"User-Agent": cfg.user_agent},
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    ) as session:
+
+        async def worker() -> None:
+            for url_row in queue:
+                started = time.perf_counter()
+                got = await fetch(session, resolver, url_row["url"], cfg)
+                row = {
+                    "id": url_row["id"],
+                    "url": url_row["url"],
+                    "final_url": got.final_url,
+                    "domain": urlsplit(got.final_url).hostname,
+                    "status": got.status,
+                    "title": None,
+                    "text": None,
+                    "word_count": None,
+                    "elapsed_s": None,
+                    "fetched_at": None,
+                }
+                reason = got.reason
+                if reason is None and looks_binary(got.body):
+                    reason = "binary_content"
+                if reason is None:
+                    try:
+                        title, text = await loop.run_in_executor(extractor, extract, got.final_url, got.body)
+                    except BrokenExecutor:
+                        raise  # the pool died: a fault of the run, not of this page
+                    except Exception as exc:  # a page newspaper cannot parse is a reject, not a crash
+                        title, text, reason = "", "", f"extraction_failed={type(exc).__name__}"
+                    row.update(title=title, text=text, word_count=len(text.split()))
+                    if reason is None and not text.strip():
+                        reason = "empty_extraction"
+                row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
+                html = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
+                journal.write(json.dumps({"row": row, "reason": reason, "html": html}, ensure_ascii=False) + "\n")
+                journal.flush()
+                progress.update(1)
+
+        await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
+
+
+def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Executor | None = None) -> dict:
+    """Fetch and extract every URL of `url_shard` into the document shard `output`; returns its manifest.
+
+    `extractor` runs newspaper3k (a process pool shared across shards); None means threads."""
+    urls = list(read_rows(url_shard, columns=["id", "url"]))
+    journal_path = _journal_path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = _read_journal(journal_path)
+    pending = [u for u in urls if u["id"] not in done]
+    with open(journal_path, "a", encoding="utf-8") as journal, tqdm(
+        total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url", disable=None
+    ) as progress:
+        if pending:
+            asyncio.run(_scrape_pending(pending, cfg, extractor, journal, progress))
+    done = _read_journal(journal_path)
+
+    html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
+    with ShardStage("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
+        for url_row in urls:
+            entry = done[url_row["id"]]
+            if entry["reason"]:
+                stage.reject(entry["row"], entry["reason"])
+            else:
+                stage.keep(entry["row"])
+            if html_writer and entry["html"] is not None:
+                html_writer.write(
+                    {"id": url_row["id"], "final_url": entry["row"]["final_url"], "html": entry["html"].encode("latin-1")}
+                )
+        if html_writer:
+            html_writer.close()
+        manifest = stage.finish(len(urls), resumed=len(urls) - len(pending))
+    journal_path.unlink()
+    return manifest
+
+
+def scrape_shards(shards: list[Path], output_dir: Path, cfg: ScrapeConfig, extract_workers: int = 2) -> list[dict]:
+    """Scrape every URL shard into `output_dir/NAME.parquet`, newspaper3k running in `extract_workers`
+    processes (0: threads of this process)."""
+    pool = None
+    if extract_workers > 0:
+        pool = ProcessPoolExecutor(max_workers=extract_workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        return [scrape_shard(s, output_dir / f"{s.stem}.parquet", cfg, pool) for s in shards]
+    finally:
+        if pool:
+            pool.shutdown()

@@ -1,0 +1,346 @@
+"""Shards, the unit of work of every corpus stage.
+
+A stage turns input shards into one output shard per input (or per bucket). Each output is three files:
+
+    NAME.parquet           the kept records (zstd Parquet)
+    NAME.rejects.parquet   the rejected records, same columns plus `reason`
+    NAME.manifest.json     counts, reasons, parameters, input fingerprints, timings
+
+Every file is written under a temporary name in the same directory and renamed into place when complete,
+and the manifest is renamed last: a shard is finished exactly when its manifest exists, so a killed run
+never leaves something that looks finished. `ShardStage.finish` checks `kept + rejected == input`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from textmill import __version__
+from textmill.errors import TextmillError
+
+URL_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # stable document id, derived from the normalised URL
+        ("url", pa.string()),  # normalised URL
+        ("source", pa.string()),  # "<file>:<line>" the URL came from
+    ]
+)
+
+DOC_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("url", pa.string()),  # the URL as listed (normalised)
+        ("final_url", pa.string()),  # after redirects
+        ("domain", pa.string()),
+        ("status", pa.int32()),  # HTTP status of the final response
+        ("title", pa.string()),
+        ("text", pa.string()),
+        ("word_count", pa.int32()),
+        ("elapsed_s", pa.float64()),  # wall-clock seconds of the fetch
+        ("fetched_at", pa.string()),  # UTC ISO-8601 time the fetch finished
+    ]
+)
+
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_WRITE_BATCH_ROWS = 1024
+
+
+def reject_schema(schema: pa.Schema) -> pa.Schema:
+    """The rejects shard of a stage keeps every column of the record and adds the reason."""
+    return schema.append(pa.field("reason", pa.string()))
+
+
+def rejects_path(shard: Path) -> Path:
+    return shard.with_name(f"{shard.stem}.rejects.parquet")
+
+
+def manifest_path(shard: Path) -> Path:
+    return shard.with_name(f"{shard.stem}.manifest.json")
+
+
+def sidecar_path(shard: Path, kind: str) -> Path:
+    """Extra per-shard files some stages keep (raw HTML, MinHash signatures): NAME.<kind>.parquet."""
+    return shard.with_name(f"{shard.stem}.{kind}.parquet")
+
+
+def shard_name(text: str) -> str:
+    """A file-name-safe shard name (letters, digits, '-' and '_': a dot would read as a sidecar)."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_")
+    if not name:
+        raise TextmillError(f"cannot derive a shard name from {text!r}")
+    return name
+
+
+def is_finished(shard: Path) -> bool:
+    return shard.exists() and manifest_path(shard).exists()
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(obj: dict, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_table(table: pa.Table, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=_WRITE_BATCH_ROWS)
+
+
+class ShardWriter:
+    """Streams rows into a Parquet file under a temporary name; `close()` renames it into place."""
+
+    def __init__(self, path: Path, schema: pa.Schema, batch_rows: int = _WRITE_BATCH_ROWS):
+        self.path = path
+        self.batch_rows = batch_rows
+        self.schema = schema
+        self.rows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = _tmp_name(path)
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
+        self._buffer: list[dict] = []
+
+    def write(self, row: dict) -> None:
+        self._buffer.append(row)
+        self.rows += 1
+        if len(self._buffer) >= self.batch_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._writer.write_table(pa.Table.from_pylist(self._buffer, schema=self.schema))
+            self._buffer = []
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+        with open(self._tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._writer.close()
+        if self._tmp.exists():
+            self._tmp.unlink()
+
+
+_fingerprints: dict[tuple, dict] = {}
+
+
+def file_fingerprint(path: Path) -> dict:
+    """Path, size and sha256 of an input file (cached per path, size and mtime within a process)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _fingerprints:
+        _fingerprints[key] = _sha256_file(path)
+    return _fingerprints[key]
+
+
+def _sha256_file(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def reason_key(reason: str) -> str:
+    """Reasons may carry a detail after '=' (`near_duplicate_of=<id>`, `status=404`); counts group
+    by the part before it unless the detail is a small closed set (status codes, languages)."""
+    key, _, detail = reason.partition("=")
+    return reason if key in ("status", "language") else key
+
+
+class ShardStage:
+    """Accounting and atomic output for one output shard of a stage.
+
+    Use as a context manager: `keep()` and `reject()` each record, then `finish(n_input)`. Leaving the
+    block without `finish` (an exception, a kill) removes the temporary files and writes no manifest.
+    """
+
+    def __init__(self, stage: str, output: Path, schema: pa.Schema, inputs: Iterable[Path], params: dict):
+        if not _SHARD_NAME.match(output.stem) or output.suffix != ".parquet":
+            raise TextmillError(f"bad output shard path {output} (want NAME.parquet, NAME of [A-Za-z0-9_-])")
+        self.stage = stage
+        self.output = output
+        self.inputs = [Path(p) for p in inputs]
+        self.params = params
+        self.reasons: Counter[str] = Counter()
+        self._kept = ShardWriter(output, schema)
+        self._rejects = ShardWriter(rejects_path(output), reject_schema(schema))
+        self._split_rows = 0  # kept rows beyond one per kept input record
+        self._started = time.perf_counter()
+        self._finished = False
+
+    def __enter__(self) -> "ShardStage":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._finished:
+            self._kept.abort()
+            self._rejects.abort()
+
+    @property
+    def kept(self) -> int:
+        """Input records kept (a record kept as several pieces counts once)."""
+        return self._kept.rows - self._split_rows
+
+    @property
+    def rejected(self) -> int:
+        return self._rejects.rows
+
+    def keep(self, row: dict) -> None:
+        self._kept.write(row)
+
+    def keep_pieces(self, rows: list[dict]) -> None:
+        """Keep one input record as several output rows (decontamination splits documents)."""
+        for row in rows:
+            self._kept.write(row)
+        self._split_rows += len(rows) - 1
+
+    def reject(self, row: dict, reason: str) -> None:
+        self._rejects.write({**row, "reason": reason})
+        self.reasons[reason_key(reason)] += 1
+
+    def finish(self, n_input: int, **extra) -> dict:
+        """Check the accounting, rename the shards into place and write the manifest (last)."""
+        if self.kept + self.rejected != n_input:
+            raise AssertionError(
+                f"{self.stage} {self.output.name}: kept {self.kept} + rejected {self.rejected} != input {n_input}"
+            )
+        self._kept.close()
+        self._rejects.close()
+        manifest = {
+            "stage": self.stage,
+            "textmill_version": __version__,
+            "output": self.output.name,
+            "params": self.params,
+            "inputs": [file_fingerprint(p) for p in self.inputs],
+            "counts": {"input": n_input, "kept": self.kept, "rejected": self.rejected, "output_rows": self._kept.rows},
+            "reasons": dict(sorted(self.reasons.items())),
+            "seconds": round(time.perf_counter() - self._started, 3),
+            **extra,
+        }
+        write_json(manifest, manifest_path(self.output))
+        self._finished = True
+        return manifest
+
+
+def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
+    """Resolve files and directories to the sorted list of data shards (NAME.parquet or loose JSON
+    NAME.jsonl; sidecars such as NAME.rejects.parquet are skipped).
+
+    In a directory a stage wrote (it holds manifests), every data shard must have its manifest: a
+    shard without one was left by a killed run and must not be read as if it were complete.
+    """
+    shards: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            stage_dir = any(path.glob("*.manifest.json"))
+            suffixes = (".parquet",) if stage_dir else (".parquet", ".jsonl", ".json")
+            found = sorted(p for p in path.iterdir() if p.suffix in suffixes and _SHARD_NAME.match(p.stem))
+            if stage_dir:
+                unfinished = [p.name for p in found if not manifest_path(p).exists()]
+                if unfinished:
+                    raise TextmillError(
+                        f"{path}: shard(s) {', '.join(unfinished[:3])} have no manifest (an interrupted run); "
+                        "re-run the stage that writes them"
+                    )
+            shards.extend(found)
+        elif path.is_file():
+            shards.append(path)
+        else:
+            raise TextmillError(f"input not found: {path}")
+    if not shards:
+        raise TextmillError(f"no shards (*.parquet, *.jsonl) found in {', '.join(map(str, inputs))}")
+    return shards
+
+
+def read_rows(shard: Path, columns: list[str] | None = None) -> Iterator[dict]:
+    """Stream a shard's rows as dicts, one row group at a time (bounded memory)."""
+    try:
+        reader = pq.ParquetFile(shard)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
+    for batch in reader.iter_batches(batch_size=_WRITE_BATCH_ROWS, columns=columns):
+        yield from batch.to_pylist()
+
+
+def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
+    """(document row, None) for each record of a shard, or (row, reason) for a bad one to reject.
+
+    Parquet shards hold DOC_SCHEMA rows. Loose JSON (.jsonl/.json, Megatron's format, one object a line
+    with at least "text") is read too; a line that is not valid UTF-8 JSON, or lacks a string "text",
+    becomes a reject that names its line, never a silent skip. Its id is the "id" field, else one
+    derived from "url", else "<file>:<line>"."""
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        for row in read_rows(path):
+            yield row, None
+        return
+    from textmill.pipeline.blacklist import url_id
+
+    blank = {name: None for name in DOC_SCHEMA.names}
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            where = f"{path.name}:{lineno}"
+            excerpt = {**blank, "id": where, "text": raw[:200].decode("utf-8", "replace")}
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield excerpt, "undecodable"
+                continue
+            except json.JSONDecodeError:
+                yield excerpt, "invalid_json"
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                yield {**blank, "id": where}, "missing_text"
+                continue
+            url = obj.get("url") if isinstance(obj.get("url"), str) else None
+            doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
+            row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
+            yield row, None
+
+
+def count_rows(shard: Path) -> int:
+    return pq.ParquetFile(shard).metadata.num_rows
+
+
+def summarize(manifests: list[dict]) -> dict:
+    """Add up the counts and reasons of several shard manifests of one stage."""
+    counts: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for m in manifests:
+        counts.update(m["counts"])
+        reasons.update(m["reasons"])
+    return {"shards": len(manifests), "counts": dict(counts), "reasons": dict(reasons.most_common())}

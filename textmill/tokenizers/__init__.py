@@ -1,0 +1,1 @@
+"""GPT-2 byte-level BPE and the Megatron-LM mmap indexed dataset (.bin/.idx)."""

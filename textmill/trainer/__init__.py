@@ -1,0 +1,1 @@
+"""GPT model, data indices, training loop, checkpoints, evaluation, export and serving."""
