@@ -264,20 +264,24 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
     done = _read_journal(journal_path)
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
-    with ShardStage("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
-        for url_row in urls:
-            entry = done[url_row["id"]]
-            if entry["reason"]:
-                stage.reject(entry["row"], entry["reason"])
-            else:
-                stage.keep(entry["row"])
-            if html_writer and entry["html"] is not None:
-                html_writer.write(
-                    {"id": url_row["id"], "final_url": entry["row"]["final_url"], "html": entry["html"].encode("latin-1")}
-                )
+    try:
+        with ShardStage("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
+            for url_row in urls:
+                entry = done[url_row["id"]]
+                if entry["reason"]:
+                    stage.reject(entry["row"], entry["reason"])
+                else:
+                    stage.keep(entry["row"])
+                if html_writer and entry["html"] is not None:
+                    html = entry["html"].encode("latin-1")
+                    html_writer.write({"id": url_row["id"], "final_url": entry["row"]["final_url"], "html": html})
+            if html_writer:
+                html_writer.close()  # before the manifest: a finished shard has its HTML
+            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending))
+    except BaseException:
         if html_writer:
-            html_writer.close()
-        manifest = stage.finish(len(urls), resumed=len(urls) - len(pending))
+            html_writer.abort()
+        raise
     journal_path.unlink()
     return manifest
 

@@ -147,7 +147,8 @@ class ShardWriter:
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
-        self._writer.close()
+        """Drop the temporary file (after close(), when it is already renamed, this does nothing)."""
+        self._writer.close()  # closing twice is harmless
         if self._tmp.exists():
             self._tmp.unlink()
 
