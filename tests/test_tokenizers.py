@@ -1,0 +1,88 @@
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from textmill.errors import TextmillError
+from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_merges, padded_vocab_size
+from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
+
+from conftest import SHARED_DATA
+
+VOCAB, MERGES = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"
+needs_gpt2 = pytest.mark.skipif(not VOCAB.exists(), reason="needs ../shared/data")
+
+
+def test_worked_example_layout(tmp_path):
+    """REFERENCE.md 1.2: 3 documents of 5, 3 and 4 tokens in uint16 -> 24-byte .bin, 102-byte .idx."""
+    w = IndexedDatasetWriter(tmp_path / "ex", np.uint16)
+    for doc in ([1, 2, 3, 4, 5], [6, 7, 8], [9, 10, 11, 50256]):
+        w.add_document(doc)
+    w.finalize()
+    idx = (tmp_path / "ex.idx").read_bytes()
+    assert (tmp_path / "ex.bin").stat().st_size == 24 and len(idx) == 102
+    assert idx[:9] == b"MMIDIDX\x00\x00"
+    assert struct.unpack("<QBQQ", idx[9:34]) == (1, 8, 3, 4)
+    assert np.frombuffer(idx, np.int32, 3, 34).tolist() == [5, 3, 4]
+    assert np.frombuffer(idx, np.int64, 3, 46).tolist() == [0, 10, 16]
+    assert np.frombuffer(idx, np.int64, 4, 70).tolist() == [0, 1, 2, 3]
+    ds = IndexedDataset(tmp_path / "ex")
+    assert [ds[i].tolist() for i in range(3)] == [[1, 2, 3, 4, 5], [6, 7, 8], [9, 10, 11, 50256]]
+    assert ds.num_documents == 3
+
+
+def test_merge_and_corruption_errors(tmp_path):
+    for name, docs in (("a", [[1, 2], [3]]), ("b", [[4, 5, 6]])):
+        w = IndexedDatasetWriter(tmp_path / name, np.int32)
+        for d in docs:
+            w.add_document(d)
+        w.finalize()
+    merged = merge_datasets([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    assert [merged[i].tolist() for i in range(3)] == [[1, 2], [3], [4, 5, 6]]
+    assert merged.doc_indices.tolist() == [0, 1, 2, 3]
+    (tmp_path / "m.bin").write_bytes((tmp_path / "m.bin").read_bytes()[:-4])
+    with pytest.raises(TextmillError, match="the index says 24"):
+        IndexedDataset(tmp_path / "m")
+    with pytest.raises(TextmillError, match="not found"):
+        IndexedDataset(tmp_path / "nope")
+
+
+def test_dtype_and_padding_rules():
+    assert optimal_dtype(50257) is np.uint16 and optimal_dtype(65500) is np.int32
+    assert [padded_vocab_size(50257, 128, tp) for tp in (1, 2, 4, 8)] == [50304, 50432, 50688, 51200]
+
+
+TEXTS = [
+    "",
+    "Hello world! It's a test, isn't it? We'll see; they've 123 apples and 4567.89 pears.",
+    "   leading and trailing spaces   \n\n\n  newlines\t\ttabs  ",
+    "Ünïcödé: 日本語のテキスト, 中文, 한국어, Ελληνικά, русский текст, עברית, العربية, हिन्दी",
+    "emoji 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 and symbols ∑∫√ ™ © ½",
+    "mojibake: cafÃ© Ã¢â‚¬â„¢ â€œquotedâ€\x9d",
+    "<|endoftext|> is plain text here",
+    "x" * 3000 + " " + "ab" * 500,
+]
+
+
+@needs_gpt2
+def test_tiktoken_engine_matches_reference_gpt2():
+    vocab, merges = load_vocab_merges(VOCAB, MERGES)
+    assert len(vocab) == 50257 and len(merges) == 50000
+    ref, tok = ReferenceBPE(vocab, merges), GPT2Tokenizer(VOCAB, MERGES)
+    assert tok.eod == 50256 and tok.vocab_size == 50257
+    rng = random.Random(0)
+    alphabet = [chr(c) for c in range(32, 0x2FF)] + list("\n\t  日本😀") + ["'s", "'ll", " 12", "..."]
+    texts = TEXTS + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300))) for _ in range(200)]
+    for text in texts:
+        assert tok.encode(text) == ref.encode(text), text[:80]
+        assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("Hello world") == [15496, 995]  # the well-known GPT-2 ids
+
+
+@needs_gpt2
+def test_mismatched_files_are_refused(tmp_path):
+    lines = MERGES.read_text().split("\n")
+    (tmp_path / "merges.txt").write_text("\n".join([lines[0], lines[2], lines[1], *lines[3:]]))
+    with pytest.raises(TextmillError, match="do not fit together"):
+        GPT2Tokenizer(VOCAB, tmp_path / "merges.txt")

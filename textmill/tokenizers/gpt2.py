@@ -1,0 +1,145 @@
+"""GPT-2 byte-level BPE from `vocab.json` + `merges.txt` (Megatron's --vocab-file/--merge-file).
+
+Two encoders that must give the same ids:
+- `ReferenceBPE`: the GPT-2 algorithm written out plainly (byte-to-unicode map, the GPT-2
+  pre-tokenisation regex, greedy lowest-rank pair merges), the definition we test against;
+- `GPT2Tokenizer`: the same vocabulary run by tiktoken (fast, releases the GIL), its ranks built from
+  the merges the way OpenAI's files define them and checked against the vocabulary ids.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import regex
+
+from textmill.errors import TextmillError
+
+EOD_TOKEN = "<|endoftext|>"
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+@functools.lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map to
+    themselves, the other 68 to chr(256 + n) in byte order (so space is 'Ġ' and newline 'Ċ'). The dict
+    iterates in GPT-2's id order of the single bytes: the printable ones first, then the other 68."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    other = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + n) for n, b in enumerate(other)}}
+
+
+def load_vocab_merges(vocab_file: str | Path, merge_file: str | Path) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    try:
+        vocab = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
+        lines = Path(merge_file).read_text(encoding="utf-8").split("\n")
+    except OSError as exc:
+        raise TextmillError(f"cannot read tokenizer file {exc.filename}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise TextmillError(f"{vocab_file}: not a JSON vocabulary ({exc})") from None
+    if lines and lines[0].startswith("#version"):
+        lines = lines[1:]
+    merges = []
+    for n, line in enumerate(lines, 2):
+        if not line.strip():
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise TextmillError(f"{merge_file}:{n}: a merge line must be two symbols separated by one space")
+        merges.append((parts[0], parts[1]))
+    if EOD_TOKEN not in vocab:
+        raise TextmillError(f"{vocab_file}: no {EOD_TOKEN} token")
+    return vocab, merges
+
+
+class ReferenceBPE:
+    """The GPT-2 encoding algorithm, plainly (slow; the definition of correct ids)."""
+
+    def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]]):
+        self.encoder = vocab
+        self.ranks = {pair: i for i, pair in enumerate(merges)}
+        self.byte_encoder = bytes_to_unicode()
+        self.pattern = regex.compile(GPT2_PATTERN)
+        self.cache: dict[str, list[str]] = {}
+
+    def bpe(self, word: str) -> list[str]:
+        if word in self.cache:
+            return self.cache[word]
+        parts = list(word)
+        while len(parts) > 1:
+            pairs = [(self.ranks.get((a, b), float("inf")), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
+            rank, best = min(pairs)  # the lowest-ranked pair, first occurrence
+            if rank == float("inf"):
+                break
+            first, second = parts[best], parts[best + 1]
+            merged, i = [], 0
+            while i < len(parts):  # merge every occurrence of the best pair, left to right
+                if i < len(parts) - 1 and parts[i] == first and parts[i + 1] == second:
+                    merged.append(first + second)
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        self.cache[word] = parts
+        return parts
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for piece in self.pattern.findall(text):
+            word = "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
+            ids.extend(self.encoder[t] for t in self.bpe(word))
+        return ids
+
+
+class GPT2Tokenizer:
+    """GPT-2 BPE on tiktoken, built from vocab.json + merges.txt (no download, works offline)."""
+
+    def __init__(self, vocab_file: str | Path, merge_file: str | Path):
+        import tiktoken
+
+        vocab, merges = load_vocab_merges(vocab_file, merge_file)
+        byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
+
+        def to_bytes(symbol: str) -> bytes:
+            try:
+                return bytes(byte_decoder[c] for c in symbol)
+            except KeyError:
+                raise TextmillError(f"{merge_file}: symbol {symbol!r} is not byte-level BPE") from None
+
+        # Ranks as OpenAI defines them: the 256 bytes in map order, then one rank per merge.
+        ranks = {bytes([b]): i for i, b in enumerate(bytes_to_unicode())}
+        for a, b in merges:
+            ranks[to_bytes(a) + to_bytes(b)] = len(ranks)
+        ids = {to_bytes(tok): i for tok, i in vocab.items() if tok != EOD_TOKEN}
+        if ranks != ids:
+            raise TextmillError(
+                f"{vocab_file} and {merge_file} do not fit together: vocabulary ids must be the byte ranks "
+                "followed by one id per merge, in merge order (as GPT-2's files are)"
+            )
+        self.vocab_size = len(vocab)
+        self.eod = vocab[EOD_TOKEN]
+        self._encoding = tiktoken.Encoding(
+            name=f"textmill-bpe-{self.vocab_size}",
+            pat_str=GPT2_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens={EOD_TOKEN: self.eod},
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`; '<|endoftext|>' inside text is ordinary text, as in Megatron's tokenizer."""
+        return self._encoding.encode_ordinary(text)
+
+    def encode_batch(self, texts: list[str], threads: int = 1) -> list[list[int]]:
+        return self._encoding.encode_ordinary_batch(texts, num_threads=threads)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._encoding.decode(ids, errors="replace")
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int = 128, tensor_parallel: int = 1) -> int:
+    """Megatron's padding: the smallest multiple of divisible_by x tensor_parallel >= vocab_size."""
+    multiple = divisible_by * tensor_parallel
+    return -(-vocab_size // multiple) * multiple

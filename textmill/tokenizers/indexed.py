@@ -1,0 +1,146 @@
+"""Megatron-LM's mmap indexed dataset: `<prefix>.bin` (token ids, no header) and `<prefix>.idx`.
+
+.idx layout (REFERENCE.md section 1.2), header little-endian, arrays native (little-endian on x86):
+    magic b"MMIDIDX\\x00\\x00" | version <Q = 1 | dtype code <B | sequence count <Q | document count <Q
+    | int32[S] sequence lengths | int64[S] byte pointers into .bin | int64[D+1] document indices
+Document mode: one sequence per document, document indices [0, 1, ..., S].
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from textmill.errors import TextmillError
+
+MAGIC = b"MMIDIDX\x00\x00"
+DTYPE_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+CODE_OF = {np.dtype(v): k for k, v in DTYPE_CODES.items()}
+
+
+def optimal_dtype(vocab_size: int) -> type:
+    """uint16 when the (unpadded) vocabulary has fewer than 65500 entries, else int32, as Megatron does."""
+    return np.uint16 if vocab_size < 65500 else np.int32
+
+
+class IndexedDatasetWriter:
+    """Appends documents to `<prefix>.bin` and writes `<prefix>.idx` on `finalize()`. Both go to
+    temporary names first and are renamed into place, the .idx last, so a killed write leaves no pair
+    that a reader would take for finished."""
+
+    def __init__(self, prefix: str | Path, dtype: type):
+        self.prefix = Path(prefix)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CODE_OF:
+            raise TextmillError(f"dtype {self.dtype} has no Megatron dtype code")
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp-{os.getpid()}")
+        self._bin = open(self._bin_tmp, "wb")
+        self.lengths: list[int] = []
+        self.doc_indices: list[int] = [0]
+
+    def add_document(self, tokens: Iterable[int] | np.ndarray) -> None:
+        arr = np.asarray(tokens, dtype=self.dtype)
+        self._bin.write(arr.tobytes(order="C"))
+        self.lengths.append(int(arr.size))
+        self.doc_indices.append(len(self.lengths))
+
+    def add_index(self, prefix: str | Path) -> None:
+        """Append a whole dataset, as Megatron's `add_index` does for tools/merge_datasets.py."""
+        other = IndexedDataset(prefix)
+        if other.dtype != self.dtype:
+            raise TextmillError(f"{prefix}: dtype {other.dtype} differs from {self.dtype}")
+        offset = len(self.lengths)
+        self.lengths.extend(int(x) for x in other.lengths)
+        self.doc_indices.extend(int(x) + offset for x in other.doc_indices[1:])
+        with open(Path(f"{prefix}.bin"), "rb") as f:
+            while block := f.read(1 << 24):
+                self._bin.write(block)
+
+    def finalize(self) -> None:
+        self._bin.close()
+        lengths = np.asarray(self.lengths, dtype=np.int32)
+        pointers = np.zeros(len(lengths), dtype=np.int64)
+        if len(lengths) > 1:
+            np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
+        idx_tmp = self.prefix.with_name(f".{self.prefix.name}.idx.tmp-{os.getpid()}")
+        with open(idx_tmp, "wb") as f:
+            f.write(MAGIC)
+            f.write(struct.pack("<Q", 1))
+            f.write(struct.pack("<B", CODE_OF[self.dtype]))
+            f.write(struct.pack("<Q", len(lengths)))
+            f.write(struct.pack("<Q", len(self.doc_indices)))
+            f.write(lengths.tobytes(order="C"))
+            f.write(pointers.tobytes(order="C"))
+            f.write(np.asarray(self.doc_indices, dtype=np.int64).tobytes(order="C"))
+        os.replace(self._bin_tmp, f"{self.prefix}.bin")
+        os.replace(idx_tmp, f"{self.prefix}.idx")
+
+    def abort(self) -> None:
+        self._bin.close()
+        self._bin_tmp.unlink(missing_ok=True)
+
+
+class IndexedDataset:
+    """Reads a Megatron `.bin/.idx` pair with memory maps; `ds[i]` is sequence i's tokens."""
+
+    def __init__(self, prefix: str | Path):
+        self.prefix = Path(prefix)
+        idx_path, bin_path = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
+        for path in (idx_path, bin_path):
+            if not path.exists():
+                raise TextmillError(f"indexed dataset file not found: {path}")
+        with open(idx_path, "rb") as f:
+            header = f.read(34)
+        if len(header) < 34 or header[:9] != MAGIC:
+            raise TextmillError(f"{idx_path}: not a Megatron mmap index (bad magic)")
+        (version,) = struct.unpack("<Q", header[9:17])
+        (code,) = struct.unpack("<B", header[17:18])
+        (seq_count,) = struct.unpack("<Q", header[18:26])
+        (doc_count,) = struct.unpack("<Q", header[26:34])
+        if version != 1 or code not in DTYPE_CODES:
+            raise TextmillError(f"{idx_path}: unsupported version {version} or dtype code {code}")
+        self.dtype = np.dtype(DTYPE_CODES[code])
+        expected = 34 + 12 * seq_count + 8 * doc_count
+        if idx_path.stat().st_size < expected:
+            raise TextmillError(f"{idx_path}: truncated ({idx_path.stat().st_size} bytes, need {expected})")
+        idx = np.memmap(idx_path, mode="r", dtype=np.uint8)
+        self.lengths = np.frombuffer(idx, np.int32, seq_count, 34)
+        self.pointers = np.frombuffer(idx, np.int64, seq_count, 34 + 4 * seq_count)
+        self.doc_indices = np.frombuffer(idx, np.int64, doc_count, 34 + 12 * seq_count)
+        need = int(self.pointers[-1]) + int(self.lengths[-1]) * self.dtype.itemsize if seq_count else 0
+        if bin_path.stat().st_size != need:
+            raise TextmillError(f"{bin_path}: {bin_path.stat().st_size} bytes, the index says {need}")
+        self._bin = np.memmap(bin_path, mode="r", dtype=np.uint8) if need else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.frombuffer(self._bin, self.dtype, int(self.lengths[i]), int(self.pointers[i]))
+
+    def document(self, d: int) -> list[np.ndarray]:
+        return [self[i] for i in range(int(self.doc_indices[d]), int(self.doc_indices[d + 1]))]
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_indices) - 1
+
+
+def merge_datasets(prefixes: list[str | Path], output_prefix: str | Path) -> IndexedDataset:
+    """Concatenate datasets in the given order into one (tools/merge_datasets.py sorts by name first)."""
+    if not prefixes:
+        raise TextmillError("no datasets to merge")
+    writer = IndexedDatasetWriter(output_prefix, IndexedDataset(prefixes[0]).dtype)
+    try:
+        for prefix in prefixes:
+            writer.add_index(prefix)
+        writer.finalize()
+    except BaseException:
+        writer.abort()
+        raise
+    return IndexedDataset(output_prefix)
