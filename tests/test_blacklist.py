@@ -17,7 +17,7 @@ RULES = UrlRules()
     [
         ("https://www.example.com/story/1", None),
         ("http://news.example.co.uk/a?b=1", None),
-        ("http://93.184.216.34/page", None),
+        ("http://127.0.0.1:8000/page", None),
         ("https://m.youtube.co.uk/watch?v=1", "domain_blacklisted=youtube"),
         ("https://youtube.de/x", "domain_blacklisted=youtube"),
         ("https://en.wikipedia.org/wiki/X", "domain_blacklisted=wikipedia"),

@@ -22,9 +22,9 @@ from langdetect import DetectorFactory, LangDetectException, detect
 from tqdm import tqdm
 
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, iter_documents
+from textmill.tokenizers.gpt2 import GPT2_PATTERN
 
-# The GPT-2 pre-tokenisation pattern (REFERENCE.md section 2.3).
-GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+_PRE_TOKENS = regex.compile(GPT2_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class CleanConfig:
 
 def approx_token_count(text: str) -> int:
     """GPT-2 pre-tokenisation pieces + 1 for the end-of-document token: a lower bound of BPE tokens."""
-    return sum(1 for _ in GPT2_PATTERN.finditer(text)) + 1
+    return sum(1 for _ in _PRE_TOKENS.finditer(text)) + 1
 
 
 def detect_language(text: str, cfg: CleanConfig) -> str | None:
