@@ -1,10 +1,12 @@
 from textmill import synthweb
-from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_shards
+from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_shards, token_counter
+from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
 import random
 import pyarrow.parquet as pq
 
 from conftest import write_jsonl
+from test_tokenizers import MERGES, VOCAB, needs_gpt2
 
 
 def test_clean_fixes_mojibake_and_rejects_with_reasons(tmp_path):
@@ -51,3 +53,17 @@ def test_langdetect_is_deterministic(tmp_path):
 def test_approx_token_count_is_a_lower_bound_shape():
     assert approx_token_count("") == 1
     assert approx_token_count("Hello world, it's   me") == 8  # Hello| world|,| it|'s|  | me + EOD
+
+
+@needs_gpt2
+def test_exact_bpe_count_with_a_vocabulary(tmp_path):
+    tok = GPT2Tokenizer(VOCAB, MERGES)
+    text = " ".join(synthweb.prose(random.Random(4), 1)) + " Antidisestablishmentarianism, photosynthesises."
+    exact, approx = len(tok.encode(text)) + 1, approx_token_count(text)
+    assert token_counter(tok)[0](text) == exact > approx
+    write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "a", "text": text}])
+    cfg = CleanConfig(min_tokens=(exact + approx + 1) // 2)  # between the two counts
+    [with_vocab] = clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "exact", cfg, tok)
+    [without] = clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "approx", cfg)
+    assert (with_vocab["counts"]["kept"], without["counts"]["kept"]) == (1, 0)
+    assert with_vocab["params"]["tokenizer"] != without["params"]["tokenizer"] == "approx"

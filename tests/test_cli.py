@@ -1,5 +1,6 @@
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from textmill.pipeline.shards import list_shards
 
 from conftest import run_cli, write_jsonl
 
-COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "demo"]
+COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
+            "merge-datasets", "demo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -73,3 +75,7 @@ def test_demo_runs_the_whole_funnel(tmp_path):
         assert stage in out
     assert "near_duplicate_of" in out and "language=" in out and "timeout 2" in out
     assert "3 document(s) touched" in out
+    from textmill.tokenizers.indexed import IndexedDataset
+
+    documents = int(re.search(r"tokenize: \d+ file\(s\), (\d+) documents in", out).group(1))
+    assert IndexedDataset(tmp_path / "demo" / "7-tokenize" / "demo_text_document").num_documents == documents

@@ -1,11 +1,14 @@
+import json
 import random
 import struct
 
 import numpy as np
 import pytest
 
+from textmill import synthweb
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_merges, padded_vocab_size
+from textmill.tokenizers.train import train_bpe, vocab_files
 from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
 
 from conftest import SHARED_DATA
@@ -75,7 +78,7 @@ def test_tiktoken_engine_matches_reference_gpt2():
     alphabet = [chr(c) for c in range(32, 0x2FF)] + list("\n\t  日本😀") + ["'s", "'ll", " 12", "..."]
     texts = TEXTS + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300))) for _ in range(200)]
     for text in texts:
-        assert tok.encode(text) == ref.encode(text), text[:80]
+        assert tok.encode(text) == ref.encode(text) == tok.encode_array(text).tolist(), text[:80]
         assert tok.decode(tok.encode(text)) == text
     assert tok.encode("Hello world") == [15496, 995]  # the well-known GPT-2 ids
 
@@ -86,3 +89,78 @@ def test_mismatched_files_are_refused(tmp_path):
     (tmp_path / "merges.txt").write_text("\n".join([lines[0], lines[2], lines[1], *lines[3:]]))
     with pytest.raises(TextmillError, match="do not fit together"):
         GPT2Tokenizer(VOCAB, tmp_path / "merges.txt")
+
+
+def hf_tokenizer(tmp_path, vocab, merges):
+    """transformers' GPT-2 tokenizer from a local folder holding the two files (no hub access)."""
+    from transformers import GPT2Tokenizer as HFGPT2Tokenizer
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "vocab.json").write_bytes(vocab.read_bytes())
+    (folder / "merges.txt").write_bytes(merges.read_bytes())
+    hf = HFGPT2Tokenizer.from_pretrained(folder)
+    assert len(hf) == len(json.loads(vocab.read_text()))  # an empty tokenizer would agree on "" only
+    return hf
+
+
+def varied_texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    lambada = [json.loads(line)["text"] for line in (SHARED_DATA / "lambada_test.jsonl").open()][:300]
+    alphabet = [chr(c) for c in range(32, 0x2FF)] + list("\n\t  日本😀") + ["'s", "'ll", "'re", " 12", "...", "\r\n"]
+    return TEXTS + lambada + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300))) for _ in range(n)]
+
+
+def five_mb_document() -> str:
+    """One 5 MB document of LAMBADA prose, Unicode, mojibake, digits and whitespace runs (without the
+    text "<|endoftext|>", which Hugging Face reads as its special token)."""
+    parts, size, rng = [], 0, random.Random(5)
+    pool = [t for t in varied_texts(200, seed=5) if "<|endoftext|>" not in t]
+    while size < 5_000_000:
+        part = rng.choice(pool) + rng.choice([" ", "\n", "\n\n", "   ", "\t", ""])
+        parts.append(part)
+        size += len(part.encode("utf-8"))
+    return "".join(parts)
+
+
+@needs_gpt2
+def test_ids_match_hugging_face_gpt2_and_the_reference(tmp_path):
+    hf = hf_tokenizer(tmp_path, VOCAB, MERGES)
+    ours = GPT2Tokenizer(VOCAB, MERGES)
+    for text in varied_texts(300):
+        if "<|endoftext|>" in text:  # HF reads it as the special token; Megatron's tokenizer and ours as text
+            continue
+        assert ours.encode(text) == hf.encode(text), text[:80]
+    big = five_mb_document()
+    ids = ours.encode(big)
+    assert ids == hf.encode(big)
+    assert ids == ReferenceBPE(*load_vocab_merges(VOCAB, MERGES)).encode(big)
+    assert ours.decode(ids) == big
+
+
+def training_texts() -> list[str]:
+    rng = random.Random(3)
+    return ["\n\n".join(synthweb.prose(rng, 4)) for _ in range(300)] + varied_texts(300, seed=3)
+
+
+@needs_gpt2
+def test_trained_bpe_is_a_gpt2_vocabulary_that_every_loader_agrees_on(tmp_path):
+    texts = training_texts()
+    tok = train_bpe(iter(texts), 1200, tmp_path / "a" / "bpe")
+    vocab_file, merge_file = vocab_files(tmp_path / "a" / "bpe")
+    assert tok.vocab_size == 1200 and tok.eod == 1199
+    vocab = json.loads(vocab_file.read_text())
+    assert list(vocab.values()) == list(range(1200)) and list(vocab)[-1] == "<|endoftext|>"
+    # Megatron's legacy loader: read().split('\n')[1:-1] -- the header and the empty tail are dropped.
+    megatron_merges = [tuple(line.split()) for line in merge_file.read_text().split("\n")[1:-1]]
+    assert megatron_merges == load_vocab_merges(vocab_file, merge_file)[1] and len(megatron_merges) == 1200 - 257
+    ref, hf = ReferenceBPE(vocab, megatron_merges), hf_tokenizer(tmp_path, vocab_file, merge_file)
+    for text in varied_texts(200, seed=9):
+        if "<|endoftext|>" not in text:
+            assert tok.encode(text) == ref.encode(text) == hf.encode(text), text[:80]
+    # Same corpus, same files, byte for byte.
+    train_bpe(iter(texts), 1200, tmp_path / "b" / "bpe")
+    for a, b in zip(vocab_files(tmp_path / "a" / "bpe"), vocab_files(tmp_path / "b" / "bpe")):
+        assert a.read_bytes() == b.read_bytes()
+    with pytest.raises(TextmillError, match="at least 257"):
+        train_bpe(iter(texts), 100, tmp_path / "c")

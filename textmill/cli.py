@@ -4,6 +4,9 @@
     textmill scrape URL_SHARDS... --output DIR
     textmill dedup | clean | decontaminate DOC_SHARDS... --output DIR
     textmill shuffle DOC_SHARDS... --output DIR --num-shards N
+    textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
+    textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N
+    textmill merge-datasets --input DIR --output-prefix PREFIX
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
 Bad input ends with one `textmill: error: ...` line and exit status 2.
@@ -81,13 +84,22 @@ def cmd_dedup(args) -> str:
     return summary_line("dedup", manifests, Path(args.output), started) + "\n" + dedup_line(clusters)
 
 
+def gpt2_tokenizer(args):
+    """The tokenizer named by --vocab-file/--merge-file, or None when neither is given."""
+    from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+    if (args.vocab_file is None) != (args.merge_file is None):
+        raise TextmillError("--vocab-file and --merge-file go together")
+    return GPT2Tokenizer(args.vocab_file, args.merge_file) if args.vocab_file else None
+
+
 def cmd_clean(args) -> str:
     from textmill.pipeline.clean import CleanConfig, clean_shards
     from textmill.pipeline.shards import list_shards
 
     started = time.perf_counter()
     cfg = CleanConfig(args.language, args.min_tokens, args.langdetect_chars, args.seed)
-    manifests = clean_shards(list_shards(args.inputs), Path(args.output), cfg)
+    manifests = clean_shards(list_shards(args.inputs), Path(args.output), cfg, gpt2_tokenizer(args))
     return summary_line("clean", manifests, Path(args.output), started)
 
 
@@ -116,6 +128,70 @@ def cmd_decontaminate(args) -> str:
     cfg = DecontaminateConfig(args.ngram, args.min_ngram, args.cut_chars, args.min_fragment_chars, args.max_pieces, args.key_threshold)
     manifests, info = decontaminate_shards(list_shards(args.inputs), Path(args.output), [Path(p) for p in args.eval_set], cfg)
     return summary_line("decontaminate", manifests, Path(args.output), started) + "\n" + decontaminate_line(info, cfg)
+
+
+def text_inputs(inputs: list[str]) -> list[Path]:
+    """Loose JSON or Parquet files, or directories of them, in sorted order within a directory."""
+    from textmill.pipeline.shards import list_shards
+
+    return list_shards(inputs)
+
+
+def train_tokenizer(args, inputs: list[Path], output_prefix: str):
+    from textmill.tokenizers.preprocess import iter_records
+    from textmill.tokenizers.train import train_bpe
+
+    keys = tuple(args.json_keys)
+    texts = (t for rec in iter_records(inputs, keys) if rec.texts for t in rec.texts)
+    return train_bpe(texts, args.vocab_size, output_prefix, args.min_frequency)
+
+
+def tokenize_line(m: dict, output_prefix: str | Path, started: float) -> str:
+    from textmill.tokenizers.preprocess import dataset_prefix, rejects_file
+
+    c = m["counts"]
+    reasons = ", ".join(f"{k} {v}" for k, v in m["reasons"].items()) or "none"
+    where = f"; first: {m['first_rejects'][0]} (all in {rejects_file(output_prefix)})" if c["rejected"] else ""
+    tokens = ", ".join(f"{dataset_prefix(output_prefix, k)}.bin/.idx {n:,} tokens" for k, n in c["tokens"].items())
+    return (
+        f"tokenize: {len(m['inputs'])} file(s), {c['input']} documents in, {c['kept']} written, "
+        f"{c['rejected']} rejected ({reasons}{where})\n  {tokens} ({m['params']['dtype']}), "
+        f"{m['mb_per_s']} MB/s [{time.perf_counter() - started:.1f}s]"
+    )
+
+
+def trained_line(tokenizer) -> str:
+    return f"train-tokenizer: {tokenizer.vocab_size}-token byte-level BPE -> {tokenizer.files[0]}, {tokenizer.files[1]}"
+
+
+def cmd_tokenize(args) -> str:
+    from textmill.tokenizers.preprocess import TokenizeConfig, tokenize_files
+
+    started = time.perf_counter()
+    inputs = text_inputs(args.inputs)
+    lines = []
+    tokenizer = gpt2_tokenizer(args)
+    if tokenizer is None:
+        tokenizer = train_tokenizer(args, inputs, args.output_prefix)
+        lines.append(trained_line(tokenizer))
+    cfg = TokenizeConfig(tuple(args.json_keys), args.append_eod, args.workers)
+    m = tokenize_files(inputs, args.output_prefix, tokenizer, cfg)
+    return "\n".join([*lines, tokenize_line(m, args.output_prefix, started)])
+
+
+def cmd_train_tokenizer(args) -> str:
+    started = time.perf_counter()
+    tokenizer = train_tokenizer(args, text_inputs(args.inputs), args.output_prefix)
+    return f"{trained_line(tokenizer)} [{time.perf_counter() - started:.1f}s]"
+
+
+def cmd_merge_datasets(args) -> str:
+    from textmill.tokenizers.indexed import merge_directory
+
+    started = time.perf_counter()
+    merged, parts = merge_directory(Path(args.input), Path(args.output_prefix))
+    return (f"merge-datasets: {parts} dataset(s), {merged.num_documents:,} documents, {int(merged.lengths.sum()):,} tokens "
+            f"-> {args.output_prefix}.bin/.idx [{time.perf_counter() - started:.1f}s]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-tokens", type=int, default=128, help="drop documents with fewer tokens (end-of-document token included)")
     p.add_argument("--langdetect-chars", type=int, default=4000, help="characters of each document langdetect reads")
     p.add_argument("--seed", type=int, default=0, help="langdetect seed")
+    p.add_argument("--vocab-file", help="GPT-2 vocab.json: count exact BPE tokens (default: a lower bound, no vocabulary needed)")
+    p.add_argument("--merge-file", help="GPT-2 merges.txt, with --vocab-file")
     p.set_defaults(func=cmd_clean)
 
     p = stage("shuffle", "Shuffle all documents globally with a seed, out of core, into N shards.", docs)
@@ -186,6 +264,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pieces", type=int, default=10, help="documents cut into more fragments are dropped whole")
     p.add_argument("--key-threshold", type=int, default=10, help="n-grams seen this often or more in training are not used")
     p.set_defaults(func=cmd_decontaminate)
+
+    def tokenizer_training_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--vocab-size", type=int, default=50257,
+                       help="size of a trained vocabulary: 256 bytes + merges + <|endoftext|>")
+        p.add_argument("--min-frequency", type=int, default=2, help="a pair seen fewer times is never merged")
+
+    texts = ("documents: loose JSON lines (Megatron's input format) or Parquet shards from `textmill shuffle`, "
+             "or directories of them; read in the order given, files of a directory in name order")
+    p = sub.add_parser("tokenize", help="GPT-2 BPE-encode documents into Megatron .bin/.idx files (tools/preprocess_data.py).",
+                       description="GPT-2 BPE-encode documents into Megatron .bin/.idx files, as Megatron-LM's "
+                       "tools/preprocess_data.py does. Without --vocab-file/--merge-file a byte-level BPE is first "
+                       "trained on the input and saved as PREFIX-vocab.json and PREFIX-merges.txt.", formatter_class=fmt)
+    p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
+    p.add_argument("--output-prefix", required=True,
+                   help="writes PREFIX_KEY_document.bin/.idx per JSON key, PREFIX.rejects.jsonl and PREFIX.manifest.json")
+    p.add_argument("--json-keys", nargs="+", default=["text"], help="fields to tokenize; one dataset per field")
+    p.add_argument("--vocab-file", help="GPT-2 vocab.json (e.g. gpt2-vocab.json)")
+    p.add_argument("--merge-file", help="GPT-2 merges.txt (e.g. gpt2-merges.txt)")
+    p.add_argument("--append-eod", action="store_true", help="end every non-empty document with <|endoftext|>")
+    p.add_argument("--workers", type=int, default=2, help="encoding threads (the encoder runs outside the GIL)")
+    tokenizer_training_options(p)
+    p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("train-tokenizer", help="Train a byte-level BPE and save it as GPT-2 vocab.json + merges.txt.",
+                       description="Train a byte-level BPE on documents and save it in GPT-2's two-file format, "
+                       "which Megatron-LM (--vocab-file/--merge-file), transformers and textmill load.", formatter_class=fmt)
+    p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
+    p.add_argument("--output-prefix", required=True, help="writes PREFIX-vocab.json and PREFIX-merges.txt")
+    p.add_argument("--json-keys", nargs="+", default=["text"], help="fields whose text is learned from")
+    tokenizer_training_options(p)
+    p.set_defaults(func=cmd_train_tokenizer)
+
+    p = sub.add_parser("merge-datasets", help="Concatenate the .bin/.idx datasets of a directory (tools/merge_datasets.py).",
+                       description="Concatenate every .bin/.idx dataset in a directory, in sorted name order, into "
+                       "one dataset, as Megatron-LM's tools/merge_datasets.py does.", formatter_class=fmt)
+    p.add_argument("--input", required=True, help="directory holding PREFIX.bin/PREFIX.idx pairs and nothing else of that kind")
+    p.add_argument("--output-prefix", required=True, help="writes PREFIX.bin and PREFIX.idx")
+    p.set_defaults(func=cmd_merge_datasets)
 
     from textmill.demo import add_demo_parser
 

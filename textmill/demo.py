@@ -2,7 +2,8 @@
 
 It generates seeded English pages plus junk (near-duplicates, other languages, mojibake, short pages,
 blacklisted and broken links, server faults), serves them locally, runs every corpus stage on them with
-the real libraries (newspaper3k, datasketch, ftfy, langdetect), and prints the funnel. No internet.
+the real libraries (newspaper3k, datasketch, ftfy, langdetect), trains a byte-level BPE on the result and
+writes Megatron .bin/.idx token files, and prints the funnel. No internet.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ def cloze_passages(seed: int, count: int) -> list[str]:
     return [synthweb.paragraph(rng, 4).rstrip(".!?") for _ in range(count)]
 
 
-def run_demo(workdir: Path, pages: int, seed: int, shards: int) -> str:
-    from textmill.cli import decontaminate_line, dedup_line, summary_line
+def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int) -> str:
+    from textmill.cli import decontaminate_line, dedup_line, summary_line, tokenize_line, trained_line
     from textmill.pipeline.blacklist import UrlRules, blacklist_files
     from textmill.pipeline.clean import CleanConfig, clean_shards
     from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards
@@ -31,6 +32,8 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int) -> str:
     from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
     from textmill.pipeline.shards import list_shards
     from textmill.pipeline.shuffle import shuffle_shards
+    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, iter_records, tokenize_files
+    from textmill.tokenizers.train import train_bpe
 
     workdir.mkdir(parents=True, exist_ok=True)
     eval_texts = cloze_passages(seed + 1, 50)
@@ -77,11 +80,18 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int) -> str:
     dcfg = DecontaminateConfig()
     manifests, info = decontaminate_shards(list_shards([workdir / "5-shuffle"]), workdir / "6-decontaminate", [eval_file], dcfg)
     lines += [summary_line("decontaminate", manifests, workdir / "6-decontaminate", t), decontaminate_line(info, dcfg)]
-    return "\n".join(["textmill demo: corpus funnel", *lines, f"corpus: {workdir / '6-decontaminate'}"])
+    t = time.perf_counter()
+    corpus = list_shards([workdir / "6-decontaminate"])
+    texts = (rec.texts[0] for rec in iter_records(corpus, ("text",)) if rec.texts)
+    tokenizer = train_bpe(texts, vocab_size, workdir / "7-tokenize" / "demo")
+    prefix = workdir / "7-tokenize" / "demo"
+    m = tokenize_files(corpus, prefix, tokenizer, TokenizeConfig(append_eod=True))
+    lines += [trained_line(tokenizer), tokenize_line(m, prefix, t)]
+    return "\n".join(["textmill demo: corpus funnel", *lines, f"token files: {dataset_prefix(prefix, 'text')}.bin/.idx"])
 
 
 def cmd_demo(args) -> str:
-    return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards)
+    return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size)
 
 
 def add_demo_parser(sub) -> None:
@@ -95,4 +105,5 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--pages", type=int, default=300, help="generated English articles (junk pages scale with it)")
     p.add_argument("--num-shards", type=int, default=4, help="shards after the shuffle")
     p.add_argument("--seed", type=int, default=1234, help="seed of the generated web and the shuffle")
+    p.add_argument("--vocab-size", type=int, default=2048, help="size of the byte-level BPE trained on the demo corpus")
     p.set_defaults(func=cmd_demo)

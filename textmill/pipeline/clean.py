@@ -4,8 +4,8 @@ language by langdetect, drop documents under `min_tokens` tokens.
 Differences from the reference, each on purpose:
 - langdetect is seeded (`DetectorFactory.seed`), so the same text always gets the same language, and it
   reads at most `langdetect_chars` characters, so one huge page cannot stall a shard.
-- Token counts: with a tokenizer (`count_tokens`), GPT-2 BPE tokens plus the end-of-document token, as
-  the reference counts. Without one, the number of GPT-2 pre-tokenisation pieces plus one: every piece is
+- Token counts: with a tokenizer (`--vocab-file/--merge-file`), GPT-2 BPE tokens plus the end-of-document
+  token, as the reference counts. Without one, the number of GPT-2 pre-tokenisation pieces plus one: every piece is
   at least one BPE token, so this is a lower bound of the BPE count and may drop a few documents the BPE
   count would keep. As in the reference, texts of 8 * min_tokens characters or more are not counted.
 """
@@ -21,8 +21,8 @@ import regex
 from langdetect import DetectorFactory, LangDetectException, detect
 from tqdm import tqdm
 
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, iter_documents
-from textmill.tokenizers.gpt2 import GPT2_PATTERN
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents
+from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)
 
@@ -68,21 +68,26 @@ def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], in
     return row, None, fixed != text
 
 
-def clean_shards(shards: list[Path], output_dir: Path, cfg: CleanConfig) -> list[dict]:
+def clean_shards(shards: list[Path], output_dir: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None) -> list[dict]:
     return [
-        clean_shard(s, output_dir / f"{s.stem}.parquet", cfg)
+        clean_shard(s, output_dir / f"{s.stem}.parquet", cfg, tokenizer)
         for s in tqdm(shards, desc="clean", unit="shard", disable=None)
     ]
 
 
-def clean_shard(
-    shard: Path, output: Path, cfg: CleanConfig, count_tokens: Callable[[str], int] | None = None, tokenizer: str = "approx"
-) -> dict:
-    """Clean one document shard into `output`; returns its manifest. `tokenizer` names what
-    `count_tokens` counts (it is a parameter of the output)."""
-    count = count_tokens or approx_token_count
+def token_counter(tokenizer: GPT2Tokenizer | None) -> tuple[Callable[[str], int], object]:
+    """(count function, its description for the manifest): exact BPE tokens + 1 with a tokenizer, else
+    the lower bound `approx_token_count`."""
+    if tokenizer is None:
+        return approx_token_count, "approx"
+    return (lambda text: len(tokenizer.encode(text)) + 1), [file_fingerprint(p)["sha256"] for p in tokenizer.files]
+
+
+def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None) -> dict:
+    """Clean one document shard into `output`; returns its manifest."""
+    count, counted_by = token_counter(tokenizer)
     n = changed = 0
-    with ShardStage("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": tokenizer}) as stage:
+    with ShardStage("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": counted_by}) as stage:
         for row, bad in iter_documents(shard):
             n += 1
             if bad:

@@ -296,6 +296,25 @@ def read_rows(shard: Path, columns: list[str] | None = None) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
+def is_loose_json(path: Path) -> bool:
+    return path.suffix.lower() in (".jsonl", ".json")
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
+    """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file, or
+    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, raw, json.loads(raw.decode("utf-8")), None
+            except UnicodeDecodeError:
+                yield lineno, raw, None, "undecodable"
+            except json.JSONDecodeError:
+                yield lineno, raw, None, "invalid_json"
+
+
 def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
     """(document row, None) for each record of a shard, or (row, reason) for a bad one to reject.
 
@@ -303,34 +322,25 @@ def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
     with at least "text") is read too; a line that is not valid UTF-8 JSON, or lacks a string "text",
     becomes a reject that names its line, never a silent skip. Its id is the "id" field, else one
     derived from "url", else "<file>:<line>"."""
-    if path.suffix.lower() not in (".jsonl", ".json"):
+    if not is_loose_json(path):
         for row in read_rows(path):
             yield row, None
         return
     from textmill.pipeline.blacklist import url_id
 
     blank = {name: None for name in DOC_SCHEMA.names}
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            where = f"{path.name}:{lineno}"
-            excerpt = {**blank, "id": where, "text": raw[:200].decode("utf-8", "replace")}
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                yield excerpt, "undecodable"
-                continue
-            except json.JSONDecodeError:
-                yield excerpt, "invalid_json"
-                continue
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                yield {**blank, "id": where}, "missing_text"
-                continue
-            url = obj.get("url") if isinstance(obj.get("url"), str) else None
-            doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
-            row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
-            yield row, None
+    for lineno, raw, obj, reason in iter_json_lines(path):
+        where = f"{path.name}:{lineno}"
+        if reason:
+            yield {**blank, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            yield {**blank, "id": where}, "missing_text"
+            continue
+        url = obj.get("url") if isinstance(obj.get("url"), str) else None
+        doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
+        row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
+        yield row, None
 
 
 def count_rows(shard: Path) -> int:

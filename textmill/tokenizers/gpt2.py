@@ -13,6 +13,7 @@ import functools
 import json
 from pathlib import Path
 
+import numpy as np
 import regex
 
 from textmill.errors import TextmillError
@@ -55,36 +56,45 @@ def load_vocab_merges(vocab_file: str | Path, merge_file: str | Path) -> tuple[d
 
 
 class ReferenceBPE:
-    """The GPT-2 encoding algorithm, plainly (slow; the definition of correct ids)."""
+    """The GPT-2 encoding algorithm as OpenAI's encoder.py and Megatron-LM's legacy
+    gpt2_tokenization.py run it, in plain Python (slow; the definition of correct ids)."""
 
     def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]]):
         self.encoder = vocab
-        self.ranks = {pair: i for i, pair in enumerate(merges)}
+        self.bpe_ranks = {pair: i for i, pair in enumerate(merges)}
         self.byte_encoder = bytes_to_unicode()
         self.pattern = regex.compile(GPT2_PATTERN)
-        self.cache: dict[str, list[str]] = {}
+        self.cache: dict[str, tuple[str, ...]] = {}
 
-    def bpe(self, word: str) -> list[str]:
-        if word in self.cache:
-            return self.cache[word]
-        parts = list(word)
-        while len(parts) > 1:
-            pairs = [(self.ranks.get((a, b), float("inf")), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
-            rank, best = min(pairs)  # the lowest-ranked pair, first occurrence
-            if rank == float("inf"):
+    def bpe(self, token: str) -> tuple[str, ...]:
+        """Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is known."""
+        if token in self.cache:
+            return self.cache[token]
+        word = tuple(token)
+        while len(word) > 1:
+            pairs = set(zip(word, word[1:]))
+            bigram = min(pairs, key=lambda pair: self.bpe_ranks.get(pair, float("inf")))
+            if bigram not in self.bpe_ranks:
                 break
-            first, second = parts[best], parts[best + 1]
+            first, second = bigram
             merged, i = [], 0
-            while i < len(parts):  # merge every occurrence of the best pair, left to right
-                if i < len(parts) - 1 and parts[i] == first and parts[i + 1] == second:
+            while i < len(word):
+                try:
+                    j = word.index(first, i)
+                except ValueError:
+                    merged.extend(word[i:])
+                    break
+                merged.extend(word[i:j])
+                i = j
+                if i < len(word) - 1 and word[i + 1] == second:
                     merged.append(first + second)
                     i += 2
                 else:
-                    merged.append(parts[i])
+                    merged.append(first)
                     i += 1
-            parts = merged
-        self.cache[word] = parts
-        return parts
+            word = tuple(merged)
+        self.cache[token] = word
+        return word
 
     def encode(self, text: str) -> list[int]:
         ids = []
@@ -119,6 +129,7 @@ class GPT2Tokenizer:
                 f"{vocab_file} and {merge_file} do not fit together: vocabulary ids must be the byte ranks "
                 "followed by one id per merge, in merge order (as GPT-2's files are)"
             )
+        self.files = (Path(vocab_file), Path(merge_file))
         self.vocab_size = len(vocab)
         self.eod = vocab[EOD_TOKEN]
         self._encoding = tiktoken.Encoding(
@@ -131,6 +142,11 @@ class GPT2Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of `text`; '<|endoftext|>' inside text is ordinary text, as in Megatron's tokenizer."""
         return self._encoding.encode_ordinary(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """The same ids as a uint32 array, straight from the engine's buffer (no Python ints made).
+        With no special token allowed, '<|endoftext|>' is encoded as ordinary text, as in `encode`."""
+        return self._encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
 
     def encode_batch(self, texts: list[str], threads: int = 1) -> list[list[int]]:
         return self._encoding.encode_ordinary_batch(texts, num_threads=threads)

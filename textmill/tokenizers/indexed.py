@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Iterable
+from typing import Sequence
 
 import numpy as np
 
@@ -43,11 +43,19 @@ class IndexedDatasetWriter:
         self.lengths: list[int] = []
         self.doc_indices: list[int] = [0]
 
-    def add_document(self, tokens: Iterable[int] | np.ndarray) -> None:
+    def add_document(self, tokens: Sequence[int] | np.ndarray) -> None:
+        """One document of one sequence. An empty document adds no sequence, only a repeated document
+        index, as Megatron's preprocess_data.py does (`add_document([], [])`)."""
         arr = np.asarray(tokens, dtype=self.dtype)
-        self._bin.write(arr.tobytes(order="C"))
-        self.lengths.append(int(arr.size))
-        self.doc_indices.append(len(self.lengths))
+        self.add_documents(arr, [arr.size])
+
+    def add_documents(self, tokens: np.ndarray, lengths: list[int]) -> None:
+        """Several documents at once: `tokens` is their concatenation, `lengths` their sizes."""
+        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        for n in lengths:
+            if n:
+                self.lengths.append(n)
+            self.doc_indices.append(len(self.lengths))
 
     def add_index(self, prefix: str | Path) -> None:
         """Append a whole dataset, as Megatron's `add_index` does for tools/merge_datasets.py."""
@@ -144,3 +152,15 @@ def merge_datasets(prefixes: list[str | Path], output_prefix: str | Path) -> Ind
         writer.abort()
         raise
     return IndexedDataset(output_prefix)
+
+
+def merge_directory(directory: Path, output_prefix: Path) -> tuple[IndexedDataset, int]:
+    """tools/merge_datasets.py: every `.bin`/`.idx` pair in `directory`, in sorted name order."""
+    if not directory.is_dir():
+        raise TextmillError(f"--input must be a directory: {directory}")
+    stems = sorted({p.stem for p in directory.iterdir() if p.suffix in (".bin", ".idx") and not p.name.startswith(".")})
+    for stem in stems:
+        for suffix in (".bin", ".idx"):
+            if not (directory / f"{stem}{suffix}").exists():
+                raise TextmillError(f"{directory / stem}: has no {suffix} file; every dataset needs both")
+    return merge_datasets([directory / s for s in stems], output_prefix), len(stems)
