@@ -194,6 +194,12 @@ def cmd_merge_datasets(args) -> str:
             f"-> {args.output_prefix}.bin/.idx [{time.perf_counter() - started:.1f}s]")
 
 
+def cmd_train(args) -> str:
+    from textmill.trainer.train import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="textmill",
@@ -302,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="directory holding PREFIX.bin/PREFIX.idx pairs and nothing else of that kind")
     p.add_argument("--output-prefix", required=True, help="writes PREFIX.bin and PREFIX.idx")
     p.set_defaults(func=cmd_merge_datasets)
+
+    from textmill.trainer.train import add_train_arguments
+
+    p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
+                       description="Train a GPT (GPT-2, or LLaMA-style blocks) on Megatron .bin/.idx datasets, with "
+                       "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
 
     from textmill.demo import add_demo_parser
 

@@ -1,0 +1,197 @@
+"""The single-process trainer: Megatron's data index, the schedule, training, checkpoints, bad input."""
+
+import argparse
+import json
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from textmill import synthweb
+from textmill.errors import TextmillError
+from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter
+from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
+from textmill.tokenizers.train import train_bpe
+from textmill.trainer.data import GPTDataset, build_indices, split_ranges
+from textmill.trainer.optim import LRSchedule
+from textmill.trainer.train import Trainer, add_train_arguments
+
+from conftest import run_cli, write_jsonl
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """Generated English prose, a 512-token BPE trained on it, tokenized with --append-eod."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    docs = write_jsonl(root / "docs.jsonl", [{"text": "\n\n".join(synthweb.prose(rng, 3))} for _ in range(400)])
+    texts = [json.loads(line)["text"] for line in docs.read_text().splitlines()]
+    tok = train_bpe(iter(texts), 512, root / "bpe")
+    tokenize_files([docs], root / "owt", tok, TokenizeConfig(append_eod=True), progress=False)
+    return {"prefix": dataset_prefix(root / "owt", "text"), "vocab": tok.files[0], "merges": tok.files[1]}
+
+
+def train_args(corpus, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    return parser.parse_args([
+        "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file", str(corpus["merges"]),
+        "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
+        "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
+        "--split", "90,10,0", "--no-index-cache", *extra])
+
+
+def unique_token_dataset(path, doc_lengths):
+    """Every token id is its global position, so coverage and leakage can be checked exactly."""
+    w = IndexedDatasetWriter(path, np.int32)
+    start = 0
+    for n in doc_lengths:
+        w.add_document(np.arange(start, start + n))
+        start += n
+    w.finalize()
+    return IndexedDataset(path)
+
+
+def test_indices_equal_megatron_core_gpt_dataset(tmp_path):
+    from megatron.core.datasets.gpt_dataset import GPTDataset as MegatronGPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
+    from megatron.core.datasets.utils import Split
+
+    rng = np.random.default_rng(1)
+    unique_token_dataset(tmp_path / "ds", rng.integers(1, 60, 300))
+
+    class Tokenizer:  # what GPTDatasetConfig reads of a tokenizer
+        eod, pad, vocab_size, unique_identifiers = 0, 1, 10**6, {"name": "test"}
+
+    cfg = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend=None, split="969,30,1", tokenizer=Tokenizer(),
+                           reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                           path_to_cache=None, mmap_bin_files=True)
+    theirs_data, ours_data = MegatronIndexedDataset(str(tmp_path / "ds")), IndexedDataset(tmp_path / "ds")
+    # 1500 samples need several epochs with a short last one; 40 valid samples fit in one.
+    for split, name, num in ((0, Split.train, 1500), (1, Split.valid, 40), (0, Split.train, 300)):
+        docs = split_ranges(len(ours_data), "969,30,1")[split]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = MegatronGPTDataset(theirs_data, str(tmp_path / "ds"), docs, num, name, cfg)
+        ours = GPTDataset(ours_data, name.name, docs, 32, num, 1234, "969,30,1")
+        assert np.array_equal(theirs.document_index, ours.doc_idx)
+        assert np.array_equal(theirs.sample_index, ours.sample_idx)
+        assert np.array_equal(theirs.shuffle_index, ours.shuffle_idx)
+        for i in (0, 7, len(ours) - 1):
+            sample = theirs[i]
+            assert np.array_equal(sample["tokens"].numpy(), ours[i][:-1])
+            assert np.array_equal(sample["labels"].numpy(), ours[i][1:])
+
+
+def test_every_training_token_once_per_epoch_and_no_leaks(tmp_path):
+    lengths = [5, 17, 3, 40, 9, 26, 11, 8, 30, 12] * 10
+    data = unique_token_dataset(tmp_path / "u", lengths)
+    train, valid, test = split_ranges(len(data), "80,15,5")
+    S = 16
+    samples = (int(data.lengths[train].sum()) - 1) // S
+    doc_idx, sample_idx, shuffle_idx = build_indices(data.lengths, train, S, samples, seed=7)
+    assert len(doc_idx) == len(train)  # one epoch
+    ds = GPTDataset(data, "train", train, S, samples, 7, "80,15,5")
+    # Inputs of all samples, plus the label that ends the last sample of the stream.
+    stream_last = int(np.flatnonzero(shuffle_idx == samples - 1)[0])
+    seen = np.sort(np.concatenate([ds[i][:-1] for i in range(len(ds))] + [ds[stream_last][-1:]]))
+    train_tokens = np.sort(np.concatenate([data[int(d)] for d in train]))
+    assert len(np.unique(seen)) == len(seen)  # nothing twice
+    assert len(seen) == samples * S + 1 and np.isin(seen, train_tokens).all()  # all but the final partial sample
+    held_out = np.concatenate([data[int(d)] for d in np.concatenate([valid, test])])
+    assert not np.isin(held_out, seen).any()
+    crossing = [j for j in range(samples) if sample_idx[j][0] != sample_idx[j + 1][0]]
+    assert crossing  # samples run across document boundaries, as in Megatron
+    assert sorted(shuffle_idx.tolist()) == list(range(samples))
+
+
+def test_index_cache_is_reused_and_keyed_by_parameters(tmp_path):
+    data = unique_token_dataset(tmp_path / "c", [20] * 50)
+    docs = split_ranges(len(data), "1,0,0")[0]
+    first = GPTDataset(data, "train", docs, 8, 100, 1, "1,0,0", tmp_path / "cache")
+    files = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(files) == 4  # three arrays and the description written last
+    stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()}
+    again = GPTDataset(data, "train", docs, 8, 100, 1, "1,0,0", tmp_path / "cache")
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()} == stamp
+    assert np.array_equal(first.shuffle_idx, again.shuffle_idx)
+    GPTDataset(data, "train", docs, 8, 100, 2, "1,0,0", tmp_path / "cache")  # another seed: new entry
+    assert len(list((tmp_path / "cache").iterdir())) == 8
+
+
+def test_learning_rate_schedule_matches_megatron():
+    s = LRSchedule(max_lr=1.0, min_lr=0.1, warmup_iters=10, decay_iters=110, style="cosine")
+    assert [s.lr(n) for n in (0, 5, 10)] == [0.0, 0.5, 1.0]
+    assert s.lr(60) == pytest.approx(0.55) and s.lr(110) == pytest.approx(0.1) and s.lr(500) == 0.1
+    lin = LRSchedule(1.0, 0.0, 0, 100, "linear")
+    assert lin.lr(25) == pytest.approx(0.75)
+    assert LRSchedule(1.0, 0.0, 4, 100, "constant").lr(50) == 1.0
+
+
+def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp_path):
+    whole = Trainer(train_args(corpus, "--train-iters", "20")).train()
+    losses = [r["lm_loss"] for r in whole["log"] if "lm_loss" in r]
+    valid = [r["valid_loss"] for r in whole["log"] if "valid_loss" in r]
+    assert len(valid) == 4 and valid == sorted(valid, reverse=True) and valid[-1] < valid[0] - 0.3
+
+    save = tmp_path / "ckpt"
+    first = Trainer(train_args(corpus, "--train-iters", "20", "--save", str(save), "--save-interval", "10"))
+    first.args.train_iters = 10  # stop after 10 of the 20 planned iterations, as a killed run would
+    first.train()
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
+    resumed = Trainer(train_args(corpus, "--train-iters", "20", "--save", str(save), "--load", str(save))).train()
+    resumed_losses = [r["lm_loss"] for r in first.state.log + resumed["log"] if "lm_loss" in r]
+    assert resumed_losses == losses  # bit-identical, not merely close
+    assert (save / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt").exists()
+    assert (save / "tokenizer" / "vocab.json").exists()
+
+
+def test_fp16_overflow_skips_steps_and_says_so(corpus, capsys):
+    result = Trainer(train_args(corpus, "--train-iters", "3", "--fp16", "--initial-loss-scale", str(2.0**40),
+                                "--hidden-dropout", "0", "--attention-dropout", "0")).train()
+    assert result["skipped_iterations"] >= 1
+    assert "fp16 gradients overflowed; step skipped" in capsys.readouterr().out
+
+
+def test_llama_style_blocks_train_with_tensorboard(corpus, tmp_path):
+    result = Trainer(train_args(corpus, "--train-iters", "4", "--position-embedding-type", "rope", "--normalization",
+                                "RMSNorm", "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                                "--bf16", "--tensorboard-dir", str(tmp_path / "tb"))).train()
+    assert np.isfinite(result["valid_loss"])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert len(events.Scalars("train/lm_loss")) == 4 and len(events.Scalars("valid/lm_loss")) == 1
+
+
+def test_bad_input_is_one_clear_error(corpus, tmp_path):
+    base = ["train", "--vocab-file", str(corpus["vocab"]), "--train-iters", "2", "--seq-length", "32"]
+    cases = [
+        (["--data-path", str(tmp_path / "missing")], "indexed dataset file not found"),
+        (["--data-path", str(corpus["prefix"]), "--seq-length", "512"], "longer than --max-position-embeddings 256"),
+        (["--data-path", str(corpus["prefix"]), "--global-batch-size", "6", "--micro-batch-size", "4"], "not divisible"),
+    ]
+    small_vocab = ["train", "--vocab-size", "300", "--train-iters", "2", "--seq-length", "32", "--data-path", str(corpus["prefix"])]
+    for args, message in cases:
+        r = run_cli(*base, *args)
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = run_cli(*small_vocab)
+    assert r.returncode == 2 and "does not fit the 300-token vocabulary" in r.stderr
+
+    save = tmp_path / "ck"
+    r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--save", str(save), "--eval-iters", "1")
+    assert r.returncode == 0, r.stderr
+    state = save / "iter_0000002" / "mp_rank_00" / "model_optim_rng.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--train-iters", "4")
+    assert r.returncode == 2 and "not a readable checkpoint" in r.stderr, r.stderr
+    (save / "latest_checkpointed_iteration.txt").write_text("7\n")
+    r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--train-iters", "4")
+    assert r.returncode == 2 and "iter_0000007" in r.stderr and "does not exist" in r.stderr
+
+
+def test_the_split_must_leave_training_documents(corpus):
+    with pytest.raises(TextmillError, match="no training documents"):
+        Trainer(train_args(corpus, "--train-iters", "2", "--split", "0,1,0"))

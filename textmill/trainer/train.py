@@ -1,0 +1,391 @@
+"""`textmill train`: Megatron's pretrain_gpt.py for one process (arguments named as Megatron names them).
+
+One iteration = one global batch = `global_batch_size / micro_batch_size` micro-batches whose gradients
+accumulate; then gradient clipping, one AdamW step at the scheduled learning rate. Sample k of the
+training split is used at iteration k // global_batch_size, so the data position of a checkpoint is its
+iteration, and a resumed run sees exactly the samples an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from textmill.errors import TextmillError
+from textmill.tokenizers.blend import parse_data_path
+from textmill.tokenizers.gpt2 import padded_vocab_size
+from textmill.trainer.checkpoint import load_checkpoint, save_checkpoint
+from textmill.trainer.data import DataConfig, build_splits
+from textmill.trainer.model import GPT, PRESETS, GPTConfig, language_model_loss, training_flops
+from textmill.trainer.optim import LRSchedule, make_optimizer
+
+# Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (Megatron names; a preset fills whatever is not given)")
+    g.add_argument("--model-preset", choices=sorted(PRESETS), default="tiny",
+                   help="named size: GPT-2 124M/345M/774M/1.5B, or tiny for CPU runs")
+    g.add_argument("--num-layers", type=int, help="transformer layers")
+    g.add_argument("--hidden-size", type=int, help="model width h")
+    g.add_argument("--num-attention-heads", type=int, help="attention heads (must divide the hidden size)")
+    g.add_argument("--ffn-hidden-size", type=int, help="MLP width (default 4h; SwiGLU: about 8h/3)")
+    g.add_argument("--max-position-embeddings", type=int, help="positions the model has (learned table or RoPE range)")
+    g.add_argument("--position-embedding-type", choices=["learned_absolute", "rope"], default="learned_absolute",
+                   help="learned positions (GPT-2) or rotary embeddings (LLaMA)")
+    g.add_argument("--rotary-base", type=float, default=10000.0, help="RoPE base theta")
+    g.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm", help="norm layers")
+    g.add_argument("--norm-epsilon", type=float, default=1e-5, help="epsilon of the norm layers")
+    g.add_argument("--swiglu", action="store_true", help="SwiGLU MLP instead of GELU (LLaMA)")
+    g.add_argument("--openai-gelu", action="store_true", help="tanh-approximated GELU, as OpenAI's GPT-2 (default: exact GELU)")
+    g.add_argument("--untie-embeddings-and-output-weights", action="store_true", help="separate output layer (LLaMA)")
+    g.add_argument("--disable-bias-linear", action="store_true", help="no biases in linear layers and norms (LLaMA)")
+    g.add_argument("--hidden-dropout", type=float, default=0.1, help="dropout on embeddings and residual branches")
+    g.add_argument("--attention-dropout", type=float, default=0.1, help="dropout on attention probabilities")
+    g.add_argument("--init-method-std", type=float, default=0.02, help="standard deviation of the weight init")
+    g.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary to a multiple of this")
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    g = p.add_argument_group("data")
+    g.add_argument("--data-path", nargs="+", required=True, metavar="PATH",
+                   help="dataset prefixes (PREFIX.bin/.idx), optionally weighted: 0.3 web 0.7 books")
+    g.add_argument("--split", default="969,30,1", help="train,valid,test proportions of each dataset's documents")
+    g.add_argument("--seq-length", type=int, default=None, help="tokens per sample (default: the position count)")
+    g.add_argument("--vocab-file", help="GPT-2 vocab.json the data was tokenized with (gives the vocabulary size)")
+    g.add_argument("--merge-file", help="GPT-2 merges.txt, kept with the checkpoints for evaluation and export")
+    g.add_argument("--vocab-size", type=int, help="vocabulary size when no --vocab-file is given")
+    g.add_argument("--no-index-cache", action="store_true", help="rebuild the sample index instead of caching it beside the data")
+    g = p.add_argument_group("training")
+    g.add_argument("--micro-batch-size", type=int, default=4, help="sequences per forward/backward pass")
+    g.add_argument("--global-batch-size", type=int, default=8, help="sequences per optimizer step (gradient accumulation)")
+    g.add_argument("--train-iters", type=int, required=True, help="optimizer steps to train for")
+    g.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
+    g.add_argument("--min-lr", type=float, default=0.0, help="learning rate at the end of the decay")
+    g.add_argument("--lr-decay-style", choices=["cosine", "linear", "constant"], default="cosine", help="decay after warmup")
+    g.add_argument("--lr-decay-iters", type=int, help="iterations of warmup + decay (default: --train-iters)")
+    g.add_argument("--lr-warmup-iters", type=int, default=0, help="iterations of linear warmup from 0")
+    g.add_argument("--lr-warmup-fraction", type=float, help="warmup as a fraction of --lr-decay-iters (overrides --lr-warmup-iters)")
+    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases and norms)")
+    g.add_argument("--adam-beta1", type=float, default=0.9, help="AdamW beta1")
+    g.add_argument("--adam-beta2", type=float, default=0.999, help="AdamW beta2")
+    g.add_argument("--adam-eps", type=float, default=1e-8, help="AdamW epsilon")
+    g.add_argument("--clip-grad", type=float, default=1.0, help="clip the global gradient norm to this (0: no clipping)")
+    g.add_argument("--seed", type=int, default=1234, help="seed of the weights, dropout and data order")
+    g.add_argument("--device", default="auto", help="cuda, cpu, or auto (cuda when available)")
+    precision = g.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights and optimizer)")
+    precision.add_argument("--fp16", action="store_true", help="fp16 autocast with dynamic loss scaling")
+    g.add_argument("--initial-loss-scale", type=float, default=2.0**32, help="fp16: starting loss scale")
+    g.add_argument("--loss-scale-window", type=int, default=1000, help="fp16: clean steps before the scale doubles")
+    g = p.add_argument_group("checkpoints and logging")
+    g.add_argument("--save", type=Path, help="checkpoint directory (Megatron layout)")
+    g.add_argument("--load", type=Path, help="resume from the newest checkpoint here (none there: start fresh)")
+    g.add_argument("--save-interval", type=int, help="save every N iterations (and always at the end)")
+    g.add_argument("--no-load-optim", action="store_true", help="with --load: weights only, fresh optimizer")
+    g.add_argument("--no-load-rng", action="store_true", help="with --load: do not restore the random state")
+    g.add_argument("--finetune", action="store_true", help="with --load: weights only, start at iteration 0")
+    g.add_argument("--log-interval", type=int, default=10, help="log every N iterations")
+    g.add_argument("--eval-interval", type=int, default=100, help="validation loss every N iterations")
+    g.add_argument("--eval-iters", type=int, default=10, help="global batches of the validation split per evaluation")
+    g.add_argument("--tensorboard-dir", type=Path, help="write TensorBoard scalars here")
+    g.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: known GPUs; CPU: not reported)")
+
+
+def model_config(args, vocab_size: int) -> GPTConfig:
+    sizes = dict(PRESETS[args.model_preset])
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
+        if getattr(args, name) is not None:
+            sizes[name] = getattr(args, name)
+    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise TextmillError(f"--hidden-size {sizes['hidden_size']} is not divisible by --num-attention-heads {sizes['num_attention_heads']}")
+    return GPTConfig(
+        vocab_size=padded_vocab_size(vocab_size, args.make_vocab_size_divisible_by),
+        ffn_hidden_size=args.ffn_hidden_size,
+        position_embedding="rope" if args.position_embedding_type == "rope" else "learned",
+        rope_theta=args.rotary_base,
+        normalization="rmsnorm" if args.normalization == "RMSNorm" else "layernorm",
+        norm_epsilon=args.norm_epsilon,
+        activation="swiglu" if args.swiglu else "gelu_tanh" if args.openai_gelu else "gelu",
+        tie_embeddings=not args.untie_embeddings_and_output_weights,
+        bias=not args.disable_bias_linear,
+        hidden_dropout=args.hidden_dropout,
+        attention_dropout=args.attention_dropout,
+        init_std=args.init_method_std,
+        **sizes,
+    )
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise TextmillError("--device cuda, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def device_peak_tflops(device: torch.device, given: float | None) -> float | None:
+    if given:
+        return given
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        return next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    return None
+
+
+def unpadded_vocab_size(args) -> int:
+    if args.vocab_file:
+        try:
+            return len(json.loads(Path(args.vocab_file).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise TextmillError(f"--vocab-file {args.vocab_file}: {exc}") from None
+    if args.vocab_size:
+        return args.vocab_size
+    raise TextmillError("give --vocab-file (and --merge-file) or --vocab-size")
+
+
+@dataclass
+class TrainState:
+    iteration: int = 0
+    skipped: int = 0
+    log: list = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(self, args):
+        self.args = args
+        if args.global_batch_size % args.micro_batch_size:
+            raise TextmillError(f"--global-batch-size {args.global_batch_size} is not divisible by "
+                                f"--micro-batch-size {args.micro_batch_size} x data-parallel size 1")
+        self.device = pick_device(args.device)
+        self.vocab_size = unpadded_vocab_size(args)
+        self.cfg = model_config(args, self.vocab_size)
+        self.seq_len = args.seq_length or self.cfg.max_position_embeddings
+        if self.seq_len > self.cfg.max_position_embeddings:
+            raise TextmillError(f"--seq-length {self.seq_len} is longer than --max-position-embeddings {self.cfg.max_position_embeddings}")
+        prefixes, weights = parse_data_path(args.data_path)
+        weighted = len(args.data_path) == 2 * len(prefixes)
+        gb = args.global_batch_size
+        data_cfg = DataConfig(prefixes, weights if weighted else None, args.split, self.seq_len, args.seed, self.vocab_size)
+        self.train_data, self.valid_data, _ = build_splits(data_cfg, [args.train_iters * gb, args.eval_iters * gb, 0],
+                                                           cache=not args.no_index_cache)
+        if self.train_data is None:
+            raise TextmillError(f"--split {args.split} leaves no training documents")
+
+        torch.manual_seed(args.seed)
+        self.model = GPT(self.cfg).to(self.device)
+        self.optimizer = make_optimizer(self.model, args.lr, args.weight_decay, (args.adam_beta1, args.adam_beta2), args.adam_eps)
+        decay = args.lr_decay_iters or args.train_iters
+        warmup = int(args.lr_warmup_fraction * decay) if args.lr_warmup_fraction is not None else args.lr_warmup_iters
+        self.schedule = LRSchedule(args.lr, args.min_lr, warmup, decay, args.lr_decay_style)
+        self.dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=args.initial_loss_scale,
+                                           growth_interval=args.loss_scale_window, enabled=args.fp16)
+        self.state = TrainState()
+        self.peak = device_peak_tflops(self.device, args.peak_tflops)
+        if args.load:
+            self.resume(args.load)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def checkpoint_state(self) -> dict:
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "model": self.model.state_dict(),
+            "model_config": self.cfg.to_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_scaler": self.scaler.state_dict(),
+            "rng_state": rng,
+            "skipped_iterations": self.state.skipped,
+            "consumed_samples": self.state.iteration * self.args.global_batch_size,
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items() if k != "func"},
+            "seq_length": self.seq_len,
+            "vocab_size": self.vocab_size,
+        }
+
+    def save(self) -> Path:
+        root = self.args.save
+        path = save_checkpoint(root, self.state.iteration, self.checkpoint_state())
+        if self.args.vocab_file and self.args.merge_file and not (root / "tokenizer" / "merges.txt").exists():
+            (root / "tokenizer").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.args.vocab_file, root / "tokenizer" / "vocab.json")
+            shutil.copyfile(self.args.merge_file, root / "tokenizer" / "merges.txt")
+        return path
+
+    def resume(self, root: Path) -> None:
+        state = load_checkpoint(root)
+        if state is None:
+            print(f"textmill train: no checkpoint in {root}; starting from scratch", file=sys.stderr)
+            return
+        if state["model_config"] != self.cfg.to_dict():
+            diff = {k: (v, self.cfg.to_dict().get(k)) for k, v in state["model_config"].items() if self.cfg.to_dict().get(k) != v}
+            raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
+        self.model.load_state_dict(state["model"])
+        weights_only = state["release"] or self.args.finetune
+        if weights_only:
+            return
+        self.state.iteration = int(state["iteration"])
+        self.state.skipped = int(state.get("skipped_iterations", 0))
+        if not self.args.no_load_optim:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["grad_scaler"])
+        if not self.args.no_load_rng:
+            torch.set_rng_state(state["rng_state"]["torch"])
+            if self.device.type == "cuda" and "cuda" in state["rng_state"]:
+                torch.cuda.set_rng_state(state["rng_state"]["cuda"], self.device)
+
+    # -- steps -------------------------------------------------------------------------------------
+    def batch(self, dataset, start: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = np.stack([dataset[i] for i in range(start, start + size)])
+        x = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        return x[:, :-1], x[:, 1:]
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def train_step(self) -> dict:
+        args, it = self.args, self.state.iteration
+        micro, steps = args.micro_batch_size, args.global_batch_size // args.micro_batch_size
+        self.model.train()
+        total = torch.zeros((), device=self.device)
+        for m in range(steps):
+            tokens, labels = self.batch(self.train_data, it * args.global_batch_size + m * micro, micro)
+            with self.autocast():
+                loss = language_model_loss(self.model(tokens), labels) / steps
+            self.scaler.scale(loss).backward()
+            total += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip_grad if args.clip_grad > 0 else math.inf)
+        lr = self.schedule.lr(it)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients hold inf/NaN
+        self.scaler.update()
+        skipped = args.fp16 and self.scaler.get_scale() < scale
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.iteration += 1
+        self.state.skipped += int(skipped)
+        return {"loss": total.item(), "lr": lr, "grad_norm": grad_norm.item(), "skipped": bool(skipped),
+                "loss_scale": scale if args.fp16 else None}
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean loss over the first --eval-iters global batches of the validation split (the same
+        samples every time, so successive values compare)."""
+        if self.valid_data is None:
+            return None
+        self.model.eval()
+        args, losses = self.args, []
+        for start in range(0, args.eval_iters * args.global_batch_size, args.micro_batch_size):
+            tokens, labels = self.batch(self.valid_data, start, args.micro_batch_size)
+            with self.autocast():
+                losses.append(language_model_loss(self.model(tokens), labels).item())
+        return float(np.mean(losses))
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def train(self) -> dict:
+        args = self.args
+        writer = None
+        if args.tensorboard_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(str(args.tensorboard_dir))
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+        metrics = open(args.save / "metrics.jsonl", "a") if args.save else None
+        tokens_per_iter = args.global_batch_size * self.seq_len
+        flops_per_iter = training_flops(self.cfg, args.global_batch_size, self.seq_len)
+        print(f"textmill train: {self.model.num_parameters():,} parameters, {self.cfg.num_layers} layers, "
+              f"hidden {self.cfg.hidden_size}, vocab {self.vocab_size} padded to {self.cfg.vocab_size}, "
+              f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}"
+              + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""), flush=True)
+        bar = tqdm(total=args.train_iters, initial=self.state.iteration, unit="it", desc="train", disable=None, leave=False)
+        window, window_start, last_valid = [], time.perf_counter(), None
+        saved_at = None
+        try:
+            while self.state.iteration < args.train_iters:
+                step = self.train_step()
+                window.append(step)
+                it = self.state.iteration
+                bar.update(1)
+                if step["skipped"]:
+                    print(f" iteration {it}: fp16 gradients overflowed; step skipped, loss scale now "
+                          f"{self.scaler.get_scale():.0f}", flush=True)
+                record = None
+                if it % args.log_interval == 0 or it == args.train_iters:
+                    seconds = (time.perf_counter() - window_start) / len(window)
+                    loss = float(np.mean([s["loss"] for s in window]))
+                    tflops = flops_per_iter / seconds / 1e12
+                    record = {"iteration": it, "lm_loss": loss, "lr": step["lr"], "grad_norm": step["grad_norm"],
+                              "tokens_per_s": tokens_per_iter / seconds, "tflops": tflops,
+                              "mfu": tflops / self.peak if self.peak else None, "skipped_iterations": self.state.skipped,
+                              "ms_per_iter": 1000 * seconds}
+                    if step["loss_scale"] is not None:
+                        record["loss_scale"] = step["loss_scale"]
+                    window, window_start = [], time.perf_counter()
+                if it % args.eval_interval == 0 or it == args.train_iters:
+                    last_valid = self.evaluate()
+                    record = {**(record or {"iteration": it}), "valid_loss": last_valid}
+                    window_start = time.perf_counter()  # evaluation time is not training time
+                if record:
+                    self.log(record, bar)
+                    if metrics:
+                        metrics.write(json.dumps(record) + "\n")
+                        metrics.flush()
+                    if writer:
+                        for k, v in record.items():
+                            if k != "iteration" and v is not None:
+                                writer.add_scalar(f"train/{k}" if k != "valid_loss" else "valid/lm_loss", v, it)
+                if args.save and ((args.save_interval and it % args.save_interval == 0) or it == args.train_iters):
+                    self.save()
+                    saved_at = it
+        finally:
+            bar.close()
+            if writer:
+                writer.close()
+            if metrics:
+                metrics.close()
+        return {"iterations": self.state.iteration, "valid_loss": last_valid, "skipped_iterations": self.state.skipped,
+                "saved_at": saved_at, "log": self.state.log}
+
+    def log(self, r: dict, bar) -> None:
+        self.state.log.append(r)
+        parts = [f"iteration {r['iteration']:>8}/{self.args.train_iters}"]
+        if "lm_loss" in r:
+            parts += [f"lm loss {r['lm_loss']:.4E}", f"lr {r['lr']:.3E}", f"grad norm {r['grad_norm']:.3f}",
+                      f"{r['tokens_per_s']:,.0f} tokens/s", f"{r['ms_per_iter']:.1f} ms/it",
+                      f"MFU {r['mfu']:.1%}" if r["mfu"] is not None else f"{r['tflops']:.3f} TFLOP/s (MFU: no peak known)",
+                      f"skipped {r['skipped_iterations']}"]
+            if "loss_scale" in r:
+                parts.append(f"loss scale {r['loss_scale']:.0f}")
+        if r.get("valid_loss") is not None:
+            parts.append(f"validation loss {r['valid_loss']:.4E} (ppl {math.exp(min(r['valid_loss'], 50)):.2f})")
+        bar.write(" | ".join(parts))
+
+
+def run(args) -> str:
+    started = time.perf_counter()
+    trainer = Trainer(args)
+    result = trainer.train()
+    where = f"; checkpoint {args.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
+    valid = f", validation loss {result['valid_loss']:.4f}" if result["valid_loss"] is not None else ""
+    return (f"train: {result['iterations']} iterations{valid}, {result['skipped_iterations']} skipped"
+            f"{where} [{time.perf_counter() - started:.1f}s]")
