@@ -130,22 +130,6 @@ def cmd_decontaminate(args) -> str:
     return summary_line("decontaminate", manifests, Path(args.output), started) + "\n" + decontaminate_line(info, cfg)
 
 
-def text_inputs(inputs: list[str]) -> list[Path]:
-    """Loose JSON or Parquet files, or directories of them, in sorted order within a directory."""
-    from textmill.pipeline.shards import list_shards
-
-    return list_shards(inputs)
-
-
-def train_tokenizer(args, inputs: list[Path], output_prefix: str):
-    from textmill.tokenizers.preprocess import iter_records
-    from textmill.tokenizers.train import train_bpe
-
-    keys = tuple(args.json_keys)
-    texts = (t for rec in iter_records(inputs, keys) if rec.texts for t in rec.texts)
-    return train_bpe(texts, args.vocab_size, output_prefix, args.min_frequency)
-
-
 def tokenize_line(m: dict, output_prefix: str | Path, started: float) -> str:
     from textmill.tokenizers.preprocess import dataset_prefix, rejects_file
 
@@ -165,14 +149,16 @@ def trained_line(tokenizer) -> str:
 
 
 def cmd_tokenize(args) -> str:
+    from textmill.pipeline.shards import list_shards
     from textmill.tokenizers.preprocess import TokenizeConfig, tokenize_files
+    from textmill.tokenizers.train import train_bpe_on_files
 
     started = time.perf_counter()
-    inputs = text_inputs(args.inputs)
+    inputs = list_shards(args.inputs)
     lines = []
     tokenizer = gpt2_tokenizer(args)
     if tokenizer is None:
-        tokenizer = train_tokenizer(args, inputs, args.output_prefix)
+        tokenizer = train_bpe_on_files(inputs, tuple(args.json_keys), args.vocab_size, args.output_prefix, args.min_frequency)
         lines.append(trained_line(tokenizer))
     cfg = TokenizeConfig(tuple(args.json_keys), args.append_eod, args.workers)
     m = tokenize_files(inputs, args.output_prefix, tokenizer, cfg)
@@ -180,8 +166,12 @@ def cmd_tokenize(args) -> str:
 
 
 def cmd_train_tokenizer(args) -> str:
+    from textmill.pipeline.shards import list_shards
+    from textmill.tokenizers.train import train_bpe_on_files
+
     started = time.perf_counter()
-    tokenizer = train_tokenizer(args, text_inputs(args.inputs), args.output_prefix)
+    tokenizer = train_bpe_on_files(list_shards(args.inputs), tuple(args.json_keys), args.vocab_size, args.output_prefix,
+                                   args.min_frequency)
     return f"{trained_line(tokenizer)} [{time.perf_counter() - started:.1f}s]"
 
 

@@ -32,8 +32,8 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int)
     from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
     from textmill.pipeline.shards import list_shards
     from textmill.pipeline.shuffle import shuffle_shards
-    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, iter_records, tokenize_files
-    from textmill.tokenizers.train import train_bpe
+    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
+    from textmill.tokenizers.train import train_bpe_on_files
 
     workdir.mkdir(parents=True, exist_ok=True)
     eval_texts = cloze_passages(seed + 1, 50)
@@ -82,9 +82,8 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int)
     lines += [summary_line("decontaminate", manifests, workdir / "6-decontaminate", t), decontaminate_line(info, dcfg)]
     t = time.perf_counter()
     corpus = list_shards([workdir / "6-decontaminate"])
-    texts = (rec.texts[0] for rec in iter_records(corpus, ("text",)) if rec.texts)
-    tokenizer = train_bpe(texts, vocab_size, workdir / "7-tokenize" / "demo")
     prefix = workdir / "7-tokenize" / "demo"
+    tokenizer = train_bpe_on_files(corpus, ("text",), vocab_size, prefix)
     m = tokenize_files(corpus, prefix, tokenizer, TokenizeConfig(append_eod=True))
     lines += [trained_line(tokenizer), tokenize_line(m, prefix, t)]
     return "\n".join(["textmill demo: corpus funnel", *lines, f"token files: {dataset_prefix(prefix, 'text')}.bin/.idx"])

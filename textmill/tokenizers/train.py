@@ -56,3 +56,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_prefix: str | Path, 
         # Megatron and HF drop the header and whatever follows the last newline: end with one.
         tmp.write_text("#version: 0.2\n" + "".join(kept), encoding="utf-8")
     return GPT2Tokenizer(vocab_path, merges_path)
+
+
+def train_bpe_on_files(inputs: list[Path], keys: tuple[str, ...], vocab_size: int, output_prefix: str | Path,
+                       min_frequency: int = 2) -> GPT2Tokenizer:
+    """`train_bpe` on the texts of `keys` in document files (the records `textmill tokenize` reads)."""
+    from textmill.tokenizers.preprocess import iter_records
+
+    texts = (t for rec in iter_records(inputs, keys) if rec.texts for t in rec.texts)
+    return train_bpe(texts, vocab_size, output_prefix, min_frequency)

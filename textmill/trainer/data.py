@@ -124,7 +124,6 @@ class GPTDataset:
             "seq_len": seq_len, "num_samples": num_samples, "seed": seed,
         }
         self.doc_idx, self.sample_idx, self.shuffle_idx = self._cached(description, cache_dir, documents, num_samples, seed)
-        self.epochs = num_epochs_for(int(data.lengths[documents].sum(dtype=np.int64)), num_samples, seq_len)
 
     def _cached(self, description: dict, cache_dir: Path | None, documents, num_samples, seed):
         if cache_dir is None:
