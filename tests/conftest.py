@@ -1,5 +1,7 @@
+import argparse
 import json
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -39,3 +41,30 @@ def run_cli(*args: str, cwd: Path | None = None):
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         timeout=600,
     )
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """Generated English prose, a 512-token BPE trained on it, tokenized with --append-eod."""
+    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
+    from textmill.tokenizers.train import train_bpe
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    docs = write_jsonl(root / "docs.jsonl", [{"text": "\n\n".join(synthweb.prose(rng, 3))} for _ in range(400)])
+    texts = [json.loads(line)["text"] for line in docs.read_text().splitlines()]
+    tok = train_bpe(iter(texts), 512, root / "bpe")
+    tokenize_files([docs], root / "owt", tok, TokenizeConfig(append_eod=True), progress=False)
+    return {"prefix": dataset_prefix(root / "owt", "text"), "vocab": tok.files[0], "merges": tok.files[1]}
+
+
+def train_args(corpus, *extra: str) -> argparse.Namespace:
+    from textmill.trainer.train import add_train_arguments
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    return parser.parse_args([
+        "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file", str(corpus["merges"]),
+        "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
+        "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
+        "--split", "90,10,0", "--no-index-cache", *extra])

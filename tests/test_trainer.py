@@ -1,45 +1,17 @@
 """The single-process trainer: Megatron's data index, the schedule, training, checkpoints, bad input."""
 
-import argparse
-import json
-import random
 import warnings
 
 import numpy as np
 import pytest
 
-from textmill import synthweb
 from textmill.errors import TextmillError
 from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter
-from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
-from textmill.tokenizers.train import train_bpe
 from textmill.trainer.data import GPTDataset, build_indices, split_ranges
 from textmill.trainer.optim import LRSchedule
-from textmill.trainer.train import Trainer, add_train_arguments
+from textmill.trainer.train import Trainer
 
-from conftest import run_cli, write_jsonl
-
-
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory):
-    """Generated English prose, a 512-token BPE trained on it, tokenized with --append-eod."""
-    root = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    docs = write_jsonl(root / "docs.jsonl", [{"text": "\n\n".join(synthweb.prose(rng, 3))} for _ in range(400)])
-    texts = [json.loads(line)["text"] for line in docs.read_text().splitlines()]
-    tok = train_bpe(iter(texts), 512, root / "bpe")
-    tokenize_files([docs], root / "owt", tok, TokenizeConfig(append_eod=True), progress=False)
-    return {"prefix": dataset_prefix(root / "owt", "text"), "vocab": tok.files[0], "merges": tok.files[1]}
-
-
-def train_args(corpus, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
-    return parser.parse_args([
-        "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file", str(corpus["merges"]),
-        "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
-        "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
-        "--split", "90,10,0", "--no-index-cache", *extra])
+from conftest import run_cli, train_args
 
 
 def unique_token_dataset(path, doc_lengths):
@@ -127,6 +99,31 @@ def test_learning_rate_schedule_matches_megatron():
     lin = LRSchedule(1.0, 0.0, 0, 100, "linear")
     assert lin.lr(25) == pytest.approx(0.75)
     assert LRSchedule(1.0, 0.0, 4, 100, "constant").lr(50) == 1.0
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 14, 1 << 27])  # many chunks of rows, or one
+@pytest.mark.parametrize("masked", [False, True])
+def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, masked):
+    import torch
+    import torch.nn.functional as F
+
+    from textmill.trainer import model
+
+    monkeypatch.setattr(model, "LOSS_CHUNK_BYTES", chunk_bytes)
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 40, 32, generator=gen, requires_grad=True)
+    weight = (0.1 * torch.randn(1000, 32, generator=gen)).requires_grad_()
+    labels = torch.randint(0, 1000, (3, 40), generator=gen)
+    mask = (torch.rand(3, 40, generator=gen) > 0.3).float() if masked else torch.ones(3, 40)
+    ours = model.language_model_loss(hidden, weight, labels, mask if masked else None)
+    (2.5 * ours).backward()  # a scaled loss, as under fp16 loss scaling
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    per_token = F.cross_entropy((hidden @ weight.t()).flatten(0, 1), labels.flatten(), reduction="none")
+    plain = (per_token * mask.flatten()).sum() / mask.sum()
+    (2.5 * plain).backward()
+    assert ours.item() == pytest.approx(plain.item(), rel=1e-6)
+    assert torch.allclose(grads[0], hidden.grad, atol=1e-7) and torch.allclose(grads[1], weight.grad, atol=1e-7)
 
 
 def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp_path):

@@ -7,6 +7,9 @@
     textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
     textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N
     textmill merge-datasets --input DIR --output-prefix PREFIX
+    textmill train --data-path PREFIX --vocab-file F --merge-file F --train-iters N --save DIR
+    textmill evaluate lambada --load DIR --valid-data lambada_test.jsonl [--strict-lambada]
+    textmill export hf --load DIR --output HF_DIR;  textmill import hf HF_DIR --save DIR
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
 Bad input ends with one `textmill: error: ...` line and exit status 2.
@@ -190,6 +193,39 @@ def cmd_train(args) -> str:
     return run(args)
 
 
+def cmd_evaluate_lambada(args) -> str:
+    from textmill.trainer.lambada import evaluate_lambada
+    from textmill.trainer.train import pick_device
+
+    started = time.perf_counter()
+    r = evaluate_lambada(args.load, args.valid_data, args.strict_lambada, args.vocab_file, args.merge_file,
+                         args.micro_batch_size, pick_device(args.device), args.bf16, args.output, progress=True)
+    # Megatron's closing line, then ours.
+    print(f"number correct: {r['correct']} | total examples: {r['total']} | avg accuracy: {r['accuracy']:.4E}")
+    truncated = f", {r['truncated']} passage(s) cut to the model's positions" if r["truncated"] else ""
+    return (f"evaluate lambada{' (strict)' if r['strict'] else ''}: iteration {r['iteration']}, accuracy "
+            f"{r['accuracy']:.2%} ({r['correct']}/{r['total']}), last-word perplexity {r['perplexity']:.2f}{truncated} "
+            f"-> {r['output']} [{time.perf_counter() - started:.1f}s]")
+
+
+def cmd_export_hf(args) -> str:
+    from textmill.trainer.hf import export_hf
+
+    started = time.perf_counter()
+    r = export_hf(args.load, args.output, args.vocab_file, args.merge_file)
+    return (f"export hf: {r['family']} model, {r['parameters']:,} parameters, vocabulary {r['vocab_size']}, "
+            f"iteration {r['iteration']} -> {r['output']} [{time.perf_counter() - started:.1f}s]")
+
+
+def cmd_import_hf(args) -> str:
+    from textmill.trainer.hf import import_hf
+
+    started = time.perf_counter()
+    r = import_hf(args.folder, args.save, args.make_vocab_size_divisible_by, args.vocab_file, args.merge_file)
+    return (f"import hf: {r['family']} model, {r['parameters']:,} parameters, vocabulary {r['vocab_size']} padded to "
+            f"{r['padded_vocab_size']} -> {r['output']}/release [{time.perf_counter() - started:.1f}s]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="textmill",
@@ -306,6 +342,54 @@ def build_parser() -> argparse.ArgumentParser:
                        "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)
+
+    tokenizer_files = ("GPT-2 vocab.json and merges.txt (default: the copies the trainer keeps in "
+                       "LOAD/tokenizer/)")
+    p = sub.add_parser("evaluate", help="Evaluate a checkpoint (LAMBADA, as Megatron's tasks/zeroshot_gpt).",
+                       description="Evaluate a checkpoint.", formatter_class=fmt)
+    tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+    p = tasks.add_parser("lambada", help="LAMBADA last-word accuracy and perplexity.", formatter_class=fmt,
+                         description="LAMBADA last-word prediction as Megatron-LM's tasks/zeroshot_gpt scores it: greedy, "
+                         "teacher-forced exact match of the target tokens; also the last word's perplexity. Prints "
+                         "Megatron's result line and writes a JSON result.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is used)")
+    p.add_argument("--valid-data", type=Path, required=True, help='LAMBADA JSON lines, one {"text": ...} per passage')
+    p.add_argument("--strict-lambada", action="store_true",
+                   help="target = the whole last word (default: the last BPE token, as Megatron's default)")
+    p.add_argument("--vocab-file", type=Path, help=tokenizer_files)
+    p.add_argument("--merge-file", type=Path, help=tokenizer_files)
+    p.add_argument("--micro-batch-size", type=int, default=8, help="passages per forward pass")
+    p.add_argument("--device", default="auto", help="cuda, cpu, or auto")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--output", type=Path, help="result JSON (default: LOAD/lambada.json or LOAD/lambada-strict.json)")
+    p.set_defaults(func=cmd_evaluate_lambada)
+
+    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face).",
+                       description="Export a checkpoint to another format.", formatter_class=fmt)
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel or LlamaForCausalLM).",
+                           formatter_class=fmt,
+                           description="Write the newest checkpoint as a Hugging Face folder: config.json, "
+                           "model.safetensors (fp32), vocab.json, merges.txt and tokenizer config, which "
+                           "AutoModelForCausalLM / AutoTokenizer / pipeline('text-generation') load as they are.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
+    p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
+    p.add_argument("--vocab-file", type=Path, help=tokenizer_files)
+    p.add_argument("--merge-file", type=Path, help=tokenizer_files)
+    p.set_defaults(func=cmd_export_hf)
+
+    p = sub.add_parser("import", help="Import a model from another format (Hugging Face).",
+                       description="Import a model from another format.", formatter_class=fmt)
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    p = formats.add_parser("hf", help="A Hugging Face GPT-2 or LLaMA folder into a textmill checkpoint.", formatter_class=fmt,
+                           description="Turn a Hugging Face GPT-2 (or LLaMA-architecture) folder into a textmill "
+                           "'release' checkpoint that evaluate, export and train --load (with --finetune) accept.")
+    p.add_argument("folder", type=Path, help="folder with config.json and model.safetensors (or pytorch_model.bin)")
+    p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
+    p.add_argument("--vocab-file", type=Path, help="GPT-2 vocab.json (default: FOLDER/vocab.json)")
+    p.add_argument("--merge-file", type=Path, help="GPT-2 merges.txt (default: FOLDER/merges.txt)")
+    p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
+    p.set_defaults(func=cmd_import_hf)
 
     from textmill.demo import add_demo_parser
 

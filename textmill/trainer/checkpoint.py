@@ -76,3 +76,32 @@ def load_checkpoint(root: Path) -> dict | None:
             raise TextmillError(f"{path}: not a textmill checkpoint (no {key!r})")
     state["release"] = iteration == "release"
     return state
+
+
+def load_model(root: Path, device: str | torch.device = "cpu"):
+    """The model of the newest checkpoint under `root`, in eval mode, and the checkpoint's state."""
+    from textmill.trainer.model import GPT, GPTConfig
+
+    state = load_checkpoint(root)
+    if state is None:
+        raise TextmillError(f"{root}: no checkpoint here ({TRACKER} is missing)")
+    model = GPT(GPTConfig(**state["model_config"]))
+    model.load_state_dict(state["model"])
+    return model.to(device).eval(), state
+
+
+def checkpoint_tokenizer(root: Path, state: dict, vocab_file=None, merge_file=None):
+    """The GPT-2 tokenizer a checkpoint was trained with: the given files, or the copies the trainer keeps
+    in `<root>/tokenizer/`. Its size must be the checkpoint's unpadded vocabulary size."""
+    from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+    if not (vocab_file and merge_file):
+        vocab_file, merge_file = root / "tokenizer" / "vocab.json", root / "tokenizer" / "merges.txt"
+        if not vocab_file.exists() or not merge_file.exists():
+            raise TextmillError(f"{root}/tokenizer/ holds no vocab.json + merges.txt; give --vocab-file and --merge-file")
+    tokenizer = GPT2Tokenizer(vocab_file, merge_file)
+    expected = state.get("vocab_size")
+    if expected is not None and tokenizer.vocab_size != expected:
+        raise TextmillError(f"{vocab_file} has {tokenizer.vocab_size} tokens, but the checkpoint was trained "
+                            f"with a vocabulary of {expected}")
+    return tokenizer

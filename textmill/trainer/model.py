@@ -54,6 +54,12 @@ class GPTConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def architecture(self) -> dict:
+        """The fields that decide the shapes and the math of the trained function (not dropout or init),
+        i.e. what a checkpoint's weights must agree with."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in ("hidden_dropout", "attention_dropout", "init_std", "extra")}
+
 
 # Named sizes: GPT-2's four (Radford et al. 2019, as Megatron configures them) and one for CPU runs.
 PRESETS = {
@@ -167,8 +173,10 @@ class GPT(nn.Module):
     def output_weight(self) -> torch.Tensor:
         return self.wte.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [B, T, padded vocab] for token ids [B, T]."""
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
+                loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, padded vocab] for token ids [B, T]; with labels [B, T], the mean cross-entropy
+        instead (computed without materialising the logits: see LanguageModelLoss)."""
         B, T = tokens.shape
         if T > self.cfg.max_position_embeddings:
             raise ValueError(f"sequence of {T} tokens is longer than the {self.cfg.max_position_embeddings} positions")
@@ -181,19 +189,74 @@ class GPT(nn.Module):
         x = self.drop(x)
         for block in self.blocks:
             x = block(x, rope)
-        return F.linear(self.norm_f(x), self.output_weight())
+        x = self.norm_f(x)
+        if labels is not None:
+            return language_model_loss(x, self.output_weight(), labels, loss_mask)
+        return F.linear(x, self.output_weight())
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
 
-def language_model_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy over the (unmasked) label positions, computed in fp32."""
-    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
-    if loss_mask is None:
-        return losses.mean()
-    mask = loss_mask.flatten().float()
-    return (losses * mask).sum() / mask.sum()
+class LanguageModelLoss(torch.autograd.Function):
+    """Mean cross-entropy of the logits hidden @ weight.T against labels, without ever holding all logits.
+
+    The logits of a GPT-2 batch are the largest tensor of a step (8 x 1024 x 50304 fp32 = 1.6 GB, and
+    as much again for their gradient). Rows go through in chunks of about LOSS_CHUNK_BYTES of logits;
+    since the loss is a scalar, each chunk's gradients are known as soon as its softmax is:
+        d loss / d logits = (softmax(logits) - onehot(label)) * mask / sum(mask)
+    so the forward pass computes d hidden = P @ weight and d weight = P.T @ hidden right away and the
+    backward pass only scales them. Same FLOPs as the plain way, a fraction of the memory traffic."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, loss_mask):
+        device = hidden.device.type
+        # Matrix products in the autocast dtype when autocast is on (as F.linear would be), softmax in fp32.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        rows = max(1, LOSS_CHUNK_BYTES // (4 * weight.shape[0]))
+        want_grads = any(ctx.needs_input_grad[:2])
+        mask = loss_mask.float()
+        denominator = mask.sum()
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        with torch.autocast(device, enabled=False):
+            w = weight.to(dtype)
+            grad_hidden = torch.empty_like(hidden) if want_grads else None
+            grad_weight = None
+            for start in range(0, hidden.shape[0], rows):
+                h, y, m = hidden[start : start + rows].to(dtype), labels[start : start + rows], mask[start : start + rows]
+                logits = (h @ w.t()).float()
+                log_z = torch.logsumexp(logits, dim=-1)
+                total += ((log_z - logits.gather(1, y[:, None])[:, 0]) * m).sum()
+                if want_grads:
+                    probs = logits.sub_(log_z[:, None]).exp_()
+                    probs[torch.arange(len(y), device=y.device), y] -= 1.0
+                    probs.mul_((m / denominator)[:, None])
+                    grad_hidden[start : start + rows] = probs.to(dtype) @ w
+                    if grad_weight is None:
+                        grad_weight = probs.t() @ h.float()
+                    else:
+                        grad_weight.addmm_(probs.t(), h.float())
+        if want_grads:
+            ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        return total / denominator
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        # Scaled in place: these buffers are this step's alone (so the graph can be run backward once).
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), None, None
+
+
+LOSS_CHUNK_BYTES = 1 << 27
+
+
+def language_model_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                        loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy (over unmasked positions) of next-token logits hidden @ weight.T, in fp32.
+    hidden [B, T, h], weight [V, h], labels [B, T]."""
+    hidden, labels = hidden.flatten(0, 1), labels.flatten()
+    mask = torch.ones_like(labels, dtype=torch.float32) if loss_mask is None else loss_mask.flatten()
+    return LanguageModelLoss.apply(hidden, weight, labels, mask)
 
 
 def training_flops(cfg: GPTConfig, batch: int, seq_len: int) -> float:

@@ -27,7 +27,7 @@ from textmill.tokenizers.blend import parse_data_path
 from textmill.tokenizers.gpt2 import padded_vocab_size
 from textmill.trainer.checkpoint import load_checkpoint, save_checkpoint
 from textmill.trainer.data import DataConfig, build_splits
-from textmill.trainer.model import GPT, PRESETS, GPTConfig, language_model_loss, training_flops
+from textmill.trainer.model import GPT, PRESETS, GPTConfig, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
@@ -231,8 +231,9 @@ class Trainer:
         if state is None:
             print(f"textmill train: no checkpoint in {root}; starting from scratch", file=sys.stderr)
             return
-        if state["model_config"] != self.cfg.to_dict():
-            diff = {k: (v, self.cfg.to_dict().get(k)) for k, v in state["model_config"].items() if self.cfg.to_dict().get(k) != v}
+        saved, wanted = GPTConfig(**state["model_config"]).architecture(), self.cfg.architecture()
+        if saved != wanted:
+            diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
             raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
         self.model.load_state_dict(state["model"])
         weights_only = state["release"] or self.args.finetune
@@ -267,7 +268,7 @@ class Trainer:
         for m in range(steps):
             tokens, labels = self.batch(self.train_data, it * args.global_batch_size + m * micro, micro)
             with self.autocast():
-                loss = language_model_loss(self.model(tokens), labels) / steps
+                loss = self.model(tokens, labels) / steps
             self.scaler.scale(loss).backward()
             total += loss.detach()
         self.scaler.unscale_(self.optimizer)
@@ -297,7 +298,7 @@ class Trainer:
         for start in range(0, args.eval_iters * args.global_batch_size, args.micro_batch_size):
             tokens, labels = self.batch(self.valid_data, start, args.micro_batch_size)
             with self.autocast():
-                losses.append(language_model_loss(self.model(tokens), labels).item())
+                losses.append(self.model(tokens, labels).item())
         return float(np.mean(losses))
 
     # -- the loop ----------------------------------------------------------------------------------

@@ -1,0 +1,268 @@
+"""Hugging Face folders to and from textmill checkpoints, without importing transformers.
+
+Export writes what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` read:
+config.json, model.safetensors (fp32), vocab.json, merges.txt, tokenizer_config.json and
+special_tokens_map.json. A GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm,
+SwiGLU, no biases) `LlamaForCausalLM`; other mixtures have no Hugging Face class and are refused.
+
+The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
+version 2.0) groups the rows of the [3h, h] matrix per head, [heads, (q, k, v), head_dim]; GPT-2 wants
+[Q all heads; K all heads; V all heads], stored transposed because its `Conv1D` keeps [in, out]; LLaMA
+wants three separate [h, h] matrices (REFERENCE.md section 7.3). The embedding keeps only the real
+vocabulary's rows on export and gets Megatron's padding back, as zero rows, on import.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from textmill.errors import TextmillError
+from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
+from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model, save_checkpoint
+from textmill.trainer.model import GPT, GPTConfig
+
+GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
+# Hugging Face names of the tanh-approximated GELU (the same function up to rounding).
+HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
+
+
+def hf_family(cfg: GPTConfig) -> str:
+    gpt2 = (cfg.position_embedding, cfg.normalization, cfg.activation in GPT2_ACTIVATIONS, cfg.bias)
+    if gpt2 == ("learned", "layernorm", True, True):
+        return "gpt2"
+    if (cfg.position_embedding, cfg.normalization, cfg.activation, cfg.bias) == ("rope", "rmsnorm", "swiglu", False):
+        return "llama"
+    raise TextmillError(
+        f"no Hugging Face class has this block (positions {cfg.position_embedding}, norm {cfg.normalization}, "
+        f"activation {cfg.activation}, bias {cfg.bias}); export needs GPT-2's (learned, layernorm, gelu, biases) "
+        "or LLaMA's (rope, rmsnorm, swiglu, no biases)"
+    )
+
+
+def split_qkv(w: torch.Tensor, cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-head [heads, 3, head_dim, ...] rows -> Q, K, V, each [heads * head_dim, ...]."""
+    grouped = w.reshape(cfg.num_attention_heads, 3, cfg.head_dim, *w.shape[1:])
+    return tuple(grouped[:, i].reshape(cfg.hidden_size, *w.shape[1:]) for i in range(3))
+
+
+def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+    """Inverse of split_qkv."""
+    parts = [t.reshape(cfg.num_attention_heads, cfg.head_dim, *t.shape[1:]) for t in (q, k, v)]
+    return torch.stack(parts, dim=1).reshape(3 * cfg.hidden_size, *q.shape[1:])
+
+
+# ----------------------------------------------------------------------------------------------- export
+def gpt2_state(ours: dict, cfg: GPTConfig, vocab: int) -> dict:
+    hf = {"transformer.wte.weight": ours["wte.weight"][:vocab], "transformer.wpe.weight": ours["wpe.weight"],
+          "transformer.ln_f.weight": ours["norm_f.weight"], "transformer.ln_f.bias": ours["norm_f.bias"]}
+    for i in range(cfg.num_layers):
+        o, h = f"blocks.{i}.", f"transformer.h.{i}."
+        for a, b in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            hf[h + b + ".weight"], hf[h + b + ".bias"] = ours[o + a + ".weight"], ours[o + a + ".bias"]
+        hf[h + "attn.c_attn.weight"] = torch.cat(split_qkv(ours[o + "attn.qkv.weight"], cfg)).t()
+        hf[h + "attn.c_attn.bias"] = torch.cat(split_qkv(ours[o + "attn.qkv.bias"], cfg))
+        for a, b in (("attn.proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj")):
+            hf[h + b + ".weight"], hf[h + b + ".bias"] = ours[o + a + ".weight"].t(), ours[o + a + ".bias"]
+    if not cfg.tie_embeddings:
+        hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
+    return hf
+
+
+def llama_state(ours: dict, cfg: GPTConfig, vocab: int) -> dict:
+    hf = {"model.embed_tokens.weight": ours["wte.weight"][:vocab], "model.norm.weight": ours["norm_f.weight"]}
+    for i in range(cfg.num_layers):
+        o, h = f"blocks.{i}.", f"model.layers.{i}."
+        q, k, v = split_qkv(ours[o + "attn.qkv.weight"], cfg)
+        hf[h + "self_attn.q_proj.weight"], hf[h + "self_attn.k_proj.weight"], hf[h + "self_attn.v_proj.weight"] = q, k, v
+        hf[h + "self_attn.o_proj.weight"] = ours[o + "attn.proj.weight"]
+        gate, up = ours[o + "mlp.fc1.weight"].chunk(2)
+        hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = gate, up
+        hf[h + "mlp.down_proj.weight"] = ours[o + "mlp.fc2.weight"]
+        hf[h + "input_layernorm.weight"] = ours[o + "norm1.weight"]
+        hf[h + "post_attention_layernorm.weight"] = ours[o + "norm2.weight"]
+    if not cfg.tie_embeddings:
+        hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
+    return hf
+
+
+def hf_config(cfg: GPTConfig, family: str, vocab: int, eod: int) -> dict:
+    common = {"vocab_size": vocab, "bos_token_id": eod, "eos_token_id": eod, "tie_word_embeddings": cfg.tie_embeddings,
+              "initializer_range": cfg.init_std, "torch_dtype": "float32", "dtype": "float32"}
+    if family == "gpt2":
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.max_position_embeddings,
+                "n_embd": cfg.hidden_size, "n_layer": cfg.num_layers, "n_head": cfg.num_attention_heads,
+                "n_inner": cfg.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[cfg.activation],
+                "layer_norm_epsilon": cfg.norm_epsilon, "resid_pdrop": cfg.hidden_dropout, "embd_pdrop": cfg.hidden_dropout,
+                "attn_pdrop": cfg.attention_dropout, "scale_attn_weights": True, **common}
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
+            "intermediate_size": cfg.ffn_hidden_size, "num_hidden_layers": cfg.num_layers,
+            "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_attention_heads,
+            "head_dim": cfg.head_dim, "hidden_act": "silu", "max_position_embeddings": cfg.max_position_embeddings,
+            "rms_norm_eps": cfg.norm_epsilon, "rope_theta": cfg.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+            "attention_bias": False, "mlp_bias": False, "attention_dropout": cfg.attention_dropout, **common}
+
+
+def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
+    vocab_file, merge_file = tokenizer.files
+    shutil.copyfile(vocab_file, out / "vocab.json")
+    shutil.copyfile(merge_file, out / "merges.txt")
+    special = {"bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN, "unk_token": EOD_TOKEN}
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_length, "add_prefix_space": False, **special}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dict:
+    """Write the newest checkpoint under `load` as a Hugging Face model folder at `output`."""
+    from safetensors.torch import save_file
+
+    model, state = load_model(load)
+    tokenizer = checkpoint_tokenizer(load, state, vocab_file, merge_file)
+    cfg = model.cfg
+    family = hf_family(cfg)
+    ours = model.state_dict()
+    tensors = (gpt2_state if family == "gpt2" else llama_state)(ours, cfg, tokenizer.vocab_size)
+    output = Path(output)
+    tmp = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
+    config = hf_config(cfg, family, tokenizer.vocab_size, tokenizer.eod)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_tokenizer(tokenizer, cfg.max_position_embeddings, tmp)
+    if output.exists():
+        shutil.rmtree(output)
+    tmp.rename(output)
+    return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": tokenizer.vocab_size,
+            "iteration": "release" if state["release"] else state["iteration"], "output": str(output)}
+
+
+# ----------------------------------------------------------------------------------------------- import
+def read_hf_weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.exists():
+        return load_file(single)
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return {k: v for f in files for k, v in load_file(folder / f).items()}
+    if (folder / "pytorch_model.bin").exists():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise TextmillError(f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+
+
+def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
+    kind = hf.get("model_type")
+    if kind == "gpt2":
+        act = hf.get("activation_function", "gelu_new")
+        if act not in ("gelu", *HF_TANH_GELUS):
+            raise TextmillError(f"GPT-2 activation {act!r} is not supported (gelu or a tanh GELU)")
+        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
+            if hf.get(flag):
+                raise TextmillError(f"GPT-2 option {flag} is not supported")
+        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["n_layer"], hidden_size=hf["n_embd"],
+                         num_attention_heads=hf["n_head"], max_position_embeddings=hf["n_positions"],
+                         ffn_hidden_size=hf.get("n_inner"), activation="gelu" if act == "gelu" else "gelu_tanh",
+                         norm_epsilon=hf.get("layer_norm_epsilon", 1e-5), tie_embeddings=hf.get("tie_word_embeddings", True),
+                         hidden_dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
+                         init_std=hf.get("initializer_range", 0.02))
+    if kind == "llama":
+        heads = hf["num_attention_heads"]
+        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        problems = [f"num_key_value_heads {hf['num_key_value_heads']} != heads {heads} (grouped-query attention)"
+                    if hf.get("num_key_value_heads", heads) != heads else "",
+                    f"head_dim {hf['head_dim']} != hidden / heads" if hf.get("head_dim", hf["hidden_size"] // heads) * heads != hf["hidden_size"] else "",
+                    f"rope type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
+                    "attention or MLP biases" if hf.get("attention_bias") or hf.get("mlp_bias") else "",
+                    f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "silu") != "silu" else ""]
+        problems = [p for p in problems if p]
+        if problems:
+            raise TextmillError("this LLaMA model uses what textmill's blocks do not have: " + "; ".join(problems))
+        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
+                         num_attention_heads=heads, max_position_embeddings=hf["max_position_embeddings"],
+                         ffn_hidden_size=hf["intermediate_size"], position_embedding="rope", normalization="rmsnorm",
+                         activation="swiglu", bias=False, norm_epsilon=hf.get("rms_norm_eps", 1e-6),
+                         rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+                         tie_embeddings=hf.get("tie_word_embeddings", False), hidden_dropout=0.0,
+                         attention_dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02))
+    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2 or llama)")
+
+
+def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.cat([w, w.new_zeros(rows - w.shape[0], *w.shape[1:])])
+
+
+def state_from_gpt2(hf: dict, cfg: GPTConfig) -> dict:
+    hf = {k.removeprefix("transformer."): v for k, v in hf.items()}
+    ours = {"wte.weight": padded_rows(hf["wte.weight"], cfg.vocab_size), "wpe.weight": hf["wpe.weight"],
+            "norm_f.weight": hf["ln_f.weight"], "norm_f.bias": hf["ln_f.bias"]}
+    for i in range(cfg.num_layers):
+        o, h = f"blocks.{i}.", f"h.{i}."
+        for a, b in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            ours[o + a + ".weight"], ours[o + a + ".bias"] = hf[h + b + ".weight"], hf[h + b + ".bias"]
+        ours[o + "attn.qkv.weight"] = join_qkv(*hf[h + "attn.c_attn.weight"].t().chunk(3), cfg)
+        ours[o + "attn.qkv.bias"] = join_qkv(*hf[h + "attn.c_attn.bias"].chunk(3), cfg)
+        for a, b in (("attn.proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj")):
+            ours[o + a + ".weight"], ours[o + a + ".bias"] = hf[h + b + ".weight"].t(), hf[h + b + ".bias"]
+    if not cfg.tie_embeddings:
+        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], cfg.vocab_size)
+    return ours
+
+
+def state_from_llama(hf: dict, cfg: GPTConfig) -> dict:
+    ours = {"wte.weight": padded_rows(hf["model.embed_tokens.weight"], cfg.vocab_size), "norm_f.weight": hf["model.norm.weight"]}
+    for i in range(cfg.num_layers):
+        o, h = f"blocks.{i}.", f"model.layers.{i}."
+        ours[o + "attn.qkv.weight"] = join_qkv(*(hf[h + f"self_attn.{p}_proj.weight"] for p in "qkv"), cfg)
+        ours[o + "attn.proj.weight"] = hf[h + "self_attn.o_proj.weight"]
+        ours[o + "mlp.fc1.weight"] = torch.cat([hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]])
+        ours[o + "mlp.fc2.weight"] = hf[h + "mlp.down_proj.weight"]
+        ours[o + "norm1.weight"] = hf[h + "input_layernorm.weight"]
+        ours[o + "norm2.weight"] = hf[h + "post_attention_layernorm.weight"]
+    if not cfg.tie_embeddings:
+        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], cfg.vocab_size)
+    return ours
+
+
+def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None, merge_file=None) -> dict:
+    """Turn a Hugging Face GPT-2 or LLaMA folder into a textmill `release` checkpoint under `save`, with its
+    tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
+    from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+    folder = Path(folder)
+    try:
+        hf = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise TextmillError(f"{folder}/config.json: {exc}") from None
+    vocab = hf["vocab_size"]
+    cfg = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
+    weights = {k: v.float() for k, v in read_hf_weights(folder).items()}
+    if cfg.tie_embeddings:
+        weights.pop("lm_head.weight", None)
+    try:
+        ours = (state_from_gpt2 if hf["model_type"] == "gpt2" else state_from_llama)(weights, cfg)
+        model = GPT(cfg)
+        model.load_state_dict(ours)  # checks every name and shape
+    except (KeyError, RuntimeError) as exc:
+        raise TextmillError(f"{folder}: weights do not match config.json ({type(exc).__name__}: {str(exc)[:300]})") from None
+    vocab_file = Path(vocab_file) if vocab_file else folder / "vocab.json"
+    merge_file = Path(merge_file) if merge_file else folder / "merges.txt"
+    if not vocab_file.exists() or not merge_file.exists():
+        raise TextmillError(f"{folder} holds no vocab.json + merges.txt (GPT-2 BPE); give --vocab-file and --merge-file")
+    tokenizer = GPT2Tokenizer(vocab_file, merge_file)
+    if tokenizer.vocab_size != vocab:
+        raise TextmillError(f"{vocab_file} has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
+    save = Path(save)
+    (save / "tokenizer").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vocab_file, save / "tokenizer" / "vocab.json")
+    shutil.copyfile(merge_file, save / "tokenizer" / "merges.txt")
+    save_checkpoint(save, "release", {"model": model.state_dict(), "model_config": cfg.to_dict(), "vocab_size": vocab,
+                                      "seq_length": cfg.max_position_embeddings, "imported_from": str(folder)})
+    return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,
+            "padded_vocab_size": cfg.vocab_size, "output": str(save)}
