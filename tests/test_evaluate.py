@@ -171,11 +171,11 @@ def test_import_hf_gpt2_keeps_its_function_and_round_trips(tmp_path, config):
     assert r.returncode == 0, r.stderr
     assert "vocabulary 50257 padded to 50304" in r.stdout
     assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "release"
-    ours, state = load_model(tmp_path / "ckpt")
+    ours, ckpt = load_model(tmp_path / "ckpt")
     tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (hf_model(tokens).logits - ours(tokens)[..., :50257]).abs().max().item() < 1e-4
-    assert state["vocab_size"] == 50257 and state["iteration"] == 0
+    assert ckpt.meta["vocab_size"] == 50257 and ckpt.meta["iteration"] == 0 and ckpt.release
 
     assert run_cli("export", "hf", "--load", str(tmp_path / "ckpt"), "--output", str(tmp_path / "back")).returncode == 0
     original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")

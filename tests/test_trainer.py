@@ -186,7 +186,7 @@ def test_bad_input_is_one_clear_error(corpus, tmp_path):
     assert r.returncode == 2 and "not a readable checkpoint" in r.stderr, r.stderr
     (save / "latest_checkpointed_iteration.txt").write_text("7\n")
     r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--train-iters", "4")
-    assert r.returncode == 2 and "iter_0000007" in r.stderr and "does not exist" in r.stderr
+    assert r.returncode == 2 and "iter_0000007" in r.stderr and "holds no checkpoint" in r.stderr
 
 
 def test_the_split_must_leave_training_documents(corpus):

@@ -398,9 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # the command's own arguments, for commands that relaunch themselves (train)
     try:
-        print(args.func(args))
+        summary = args.func(args)
+        if summary:
+            print(summary)
     except TextmillError as exc:
         print(f"textmill: error: {exc}", file=sys.stderr)
         return 2

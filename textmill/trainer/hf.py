@@ -121,8 +121,8 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
     """Write the newest checkpoint under `load` as a Hugging Face model folder at `output`."""
     from safetensors.torch import save_file
 
-    model, state = load_model(load)
-    tokenizer = checkpoint_tokenizer(load, state, vocab_file, merge_file)
+    model, ckpt = load_model(load)
+    tokenizer = checkpoint_tokenizer(load, ckpt.meta, vocab_file, merge_file)
     cfg = model.cfg
     family = hf_family(cfg)
     ours = model.state_dict()
@@ -139,7 +139,7 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
         shutil.rmtree(output)
     tmp.rename(output)
     return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": tokenizer.vocab_size,
-            "iteration": "release" if state["release"] else state["iteration"], "output": str(output)}
+            "iteration": "release" if ckpt.release else ckpt.meta["iteration"], "output": str(output)}
 
 
 # ----------------------------------------------------------------------------------------------- import
@@ -262,7 +262,7 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     (save / "tokenizer").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(vocab_file, save / "tokenizer" / "vocab.json")
     shutil.copyfile(merge_file, save / "tokenizer" / "merges.txt")
-    save_checkpoint(save, "release", {"model": model.state_dict(), "model_config": cfg.to_dict(), "vocab_size": vocab,
-                                      "seq_length": cfg.max_position_embeddings, "imported_from": str(folder)})
+    save_checkpoint(save, "release", {"model_config": cfg.to_dict(), "vocab_size": vocab, "seq_length": cfg.max_position_embeddings,
+                                      "imported_from": str(folder)}, {"model": model.state_dict()})
     return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,
             "padded_vocab_size": cfg.vocab_size, "output": str(save)}

@@ -121,14 +121,14 @@ def evaluate_lambada(load: Path, valid_data: Path, strict: bool = False, vocab_f
     from textmill.pipeline.shards import file_fingerprint, write_json
     from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 
-    model, state = load_model(load, device)
-    tokenizer = checkpoint_tokenizer(load, state, vocab_file, merge_file)
+    model, ckpt = load_model(load, device)
+    tokenizer = checkpoint_tokenizer(load, ckpt.meta, vocab_file, merge_file)
     clozes = read_clozes(valid_data, tokenizer, strict)
     result = score_clozes(model, clozes, tokenizer.vocab_size, tokenizer.eod, batch_size, device,
                           torch.bfloat16 if bf16 else None, progress)
     result = {"task": "LAMBADA", "strict": strict, "valid_data": str(valid_data),
               "valid_data_file": file_fingerprint(Path(valid_data)), "checkpoint": str(load),
-              "iteration": "release" if state["release"] else state["iteration"], **result}
+              "iteration": "release" if ckpt.release else ckpt.meta["iteration"], **result}
     output = output or Path(load) / f"lambada{'-strict' if strict else ''}.json"
     write_json(result, output)
     result["output"] = str(output)

@@ -25,10 +25,12 @@ from tqdm import tqdm
 from textmill.errors import TextmillError
 from textmill.tokenizers.blend import parse_data_path
 from textmill.tokenizers.gpt2 import padded_vocab_size
-from textmill.trainer.checkpoint import load_checkpoint, save_checkpoint
+from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
 from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.model import GPT, PRESETS, GPTConfig, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
+from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
+from textmill.trainer.parallel.dims import ParallelDims, build_mesh, init_distributed, world_from_env
 
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
@@ -91,13 +93,23 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     precision.add_argument("--fp16", action="store_true", help="fp16 autocast with dynamic loss scaling")
     g.add_argument("--initial-loss-scale", type=float, default=2.0**32, help="fp16: starting loss scale")
     g.add_argument("--loss-scale-window", type=int, default=1000, help="fp16: clean steps before the scale doubles")
+    g = p.add_argument_group("parallelism (launch with torchrun, or --nproc-per-node)")
+    g.add_argument("--nproc-per-node", type=int, help="start this many processes on this machine (through torchrun)")
+    g.add_argument("--use-distributed-optimizer", action="store_true",
+                   help="shard optimizer state, gradients and parameters over data-parallel ranks (FSDP2, ZeRO-style)")
+    g.add_argument("--distributed-timeout-minutes", type=float, default=10.0,
+                   help="a collective waiting longer than this (a lost peer) fails the run instead of hanging")
     g = p.add_argument_group("checkpoints and logging")
     g.add_argument("--save", type=Path, help="checkpoint directory (Megatron layout)")
     g.add_argument("--load", type=Path, help="resume from the newest checkpoint here (none there: start fresh)")
     g.add_argument("--save-interval", type=int, help="save every N iterations (and always at the end)")
+    g.add_argument("--ckpt-format", choices=["torch", "torch_dist"],
+                   help="one file (default for one process) or torch.distributed.checkpoint shards written by every "
+                   "rank (default for several); either loads into any layout")
     g.add_argument("--no-load-optim", action="store_true", help="with --load: weights only, fresh optimizer")
     g.add_argument("--no-load-rng", action="store_true", help="with --load: do not restore the random state")
     g.add_argument("--finetune", action="store_true", help="with --load: weights only, start at iteration 0")
+    g.add_argument("--exit-interval", type=int, help="save and stop once the iteration is a multiple of N (scheduled jobs)")
     g.add_argument("--log-interval", type=int, default=10, help="log every N iterations")
     g.add_argument("--eval-interval", type=int, default=100, help="validation loss every N iterations")
     g.add_argument("--eval-iters", type=int, default=10, help="global batches of the validation split per evaluation")
@@ -129,11 +141,15 @@ def model_config(args, vocab_size: int) -> GPTConfig:
     )
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device of this process: with several processes per machine, GPU number LOCAL_RANK."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise TextmillError("--device cuda, but torch sees no CUDA device")
+    if name == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 
@@ -157,6 +173,19 @@ def unpadded_vocab_size(args) -> int:
     raise TextmillError("give --vocab-file (and --merge-file) or --vocab-size")
 
 
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> float:
+    """Scale gradients so their global L2 norm is at most max_norm (0: no clipping); the norm before.
+    Sharded gradients (DTensors) give a sharded norm, made whole before it scales anything."""
+    from torch.distributed.tensor import DTensor
+
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0, foreach=True)
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+    return norm.item()
+
+
 @dataclass
 class TrainState:
     iteration: int = 0
@@ -167,27 +196,42 @@ class TrainState:
 class Trainer:
     def __init__(self, args):
         self.args = args
-        if args.global_batch_size % args.micro_batch_size:
-            raise TextmillError(f"--global-batch-size {args.global_batch_size} is not divisible by "
-                                f"--micro-batch-size {args.micro_batch_size} x data-parallel size 1")
-        self.device = pick_device(args.device)
+        world, self.rank, local_rank = world_from_env()
+        self.device = pick_device(args.device, local_rank)
         self.vocab_size = unpadded_vocab_size(args)
         self.cfg = model_config(args, self.vocab_size)
+        self.dims = ParallelDims(world)
+        self.dims.check(self.cfg.num_layers, self.cfg.num_attention_heads, args.global_batch_size, args.micro_batch_size)
         self.seq_len = args.seq_length or self.cfg.max_position_embeddings
         if self.seq_len > self.cfg.max_position_embeddings:
             raise TextmillError(f"--seq-length {self.seq_len} is longer than --max-position-embeddings {self.cfg.max_position_embeddings}")
+        self.mesh = None
+        if self.dims.distributed:
+            init_distributed(self.device, args.distributed_timeout_minutes)
+            self.mesh = build_mesh(self.dims, self.device)
+        self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
+        self.ckpt_format = args.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
+
         prefixes, weights = parse_data_path(args.data_path)
         weighted = len(args.data_path) == 2 * len(prefixes)
         gb = args.global_batch_size
         data_cfg = DataConfig(prefixes, weights if weighted else None, args.split, self.seq_len, args.seed, self.vocab_size)
-        self.train_data, self.valid_data, _ = build_splits(data_cfg, [args.train_iters * gb, args.eval_iters * gb, 0],
-                                                           cache=not args.no_index_cache)
+        # Rank 0 builds (and caches) the sample index first; the others then read the cache.
+        for building in (True, False):
+            if is_writer() == building:
+                self.train_data, self.valid_data, _ = build_splits(data_cfg, [args.train_iters * gb, args.eval_iters * gb, 0],
+                                                                   cache=not args.no_index_cache)
+            if self.dims.distributed:
+                torch.distributed.barrier()
         if self.train_data is None:
             raise TextmillError(f"--split {args.split} leaves no training documents")
 
         torch.manual_seed(args.seed)
-        self.model = GPT(self.cfg).to(self.device)
-        self.optimizer = make_optimizer(self.model, args.lr, args.weight_decay, (args.adam_beta1, args.adam_beta2), args.adam_eps)
+        self.module = GPT(self.cfg).to(self.device)  # the model itself; self.model may wrap it
+        self.model = self.module
+        if self.dims.distributed:
+            self.model = apply_data_parallel(self.module, self.mesh["dp"], args.use_distributed_optimizer)
+        self.optimizer = make_optimizer(self.module, args.lr, args.weight_decay, (args.adam_beta1, args.adam_beta2), args.adam_eps)
         decay = args.lr_decay_iters or args.train_iters
         warmup = int(args.lr_warmup_fraction * decay) if args.lr_warmup_fraction is not None else args.lr_warmup_iters
         self.schedule = LRSchedule(args.lr, args.min_lr, warmup, decay, args.lr_decay_style)
@@ -200,54 +244,76 @@ class Trainer:
             self.resume(args.load)
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def checkpoint_state(self) -> dict:
+    def rng_state(self) -> dict:
         rng = {"torch": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return {
-            "model": self.model.state_dict(),
-            "model_config": self.cfg.to_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "grad_scaler": self.scaler.state_dict(),
-            "rng_state": rng,
-            "skipped_iterations": self.state.skipped,
-            "consumed_samples": self.state.iteration * self.args.global_batch_size,
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items() if k != "func"},
-            "seq_length": self.seq_len,
-            "vocab_size": self.vocab_size,
-        }
+        return rng
 
     def save(self) -> Path:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         root = self.args.save
-        path = save_checkpoint(root, self.state.iteration, self.checkpoint_state())
-        if self.args.vocab_file and self.args.merge_file and not (root / "tokenizer" / "merges.txt").exists():
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        tensors = {"model": model_state, "optimizer_state": optim_state["state"],
+                   "rng": {f"rank{self.rank}": self.rng_state()}}
+        meta = {
+            "model_config": self.cfg.to_dict(),
+            "grad_scaler": self.scaler.state_dict(),
+            "skipped_iterations": self.state.skipped,
+            "consumed_samples": self.state.iteration * self.args.global_batch_size,
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items() if k not in ("func", "argv")},
+            "seq_length": self.seq_len,
+            "vocab_size": self.vocab_size,
+            "parallel": {"world": self.dims.world, "dp": self.dims.dp, "tp": self.dims.tp, "pp": self.dims.pp},
+        }
+        path = save_checkpoint(root, self.state.iteration, meta, tensors, self.ckpt_format)
+        if is_writer() and self.args.vocab_file and self.args.merge_file and not (root / "tokenizer" / "merges.txt").exists():
             (root / "tokenizer").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.args.vocab_file, root / "tokenizer" / "vocab.json")
             shutil.copyfile(self.args.merge_file, root / "tokenizer" / "merges.txt")
         return path
 
     def resume(self, root: Path) -> None:
-        state = load_checkpoint(root)
-        if state is None:
-            print(f"textmill train: no checkpoint in {root}; starting from scratch", file=sys.stderr)
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                               set_model_state_dict, set_state_dict)
+
+        ckpt = load_checkpoint(root)
+        if ckpt is None:
+            self.say(f"textmill train: no checkpoint in {root}; starting from scratch")
             return
-        saved, wanted = GPTConfig(**state["model_config"]).architecture(), self.cfg.architecture()
+        saved, wanted = GPTConfig(**ckpt.meta["model_config"]).architecture(), self.cfg.architecture()
         if saved != wanted:
             diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
             raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
-        self.model.load_state_dict(state["model"])
-        weights_only = state["release"] or self.args.finetune
-        if weights_only:
+        # A single file holds whole tensors; the sharded format is read straight into this layout.
+        options = StateDictOptions(full_state_dict=ckpt.format == "torch")
+        if ckpt.release or self.args.finetune or self.args.no_load_optim:
+            model_state = ckpt.load_into({"model": get_model_state_dict(self.model, options=options)})["model"]
+            set_model_state_dict(self.model, model_state, options=options)
+        else:
+            model_state, optim_state = get_state_dict(self.model, self.optimizer, options=options)
+            loaded = ckpt.load_into({"model": model_state, "optimizer_state": optim_state["state"]})
+            set_state_dict(self.model, self.optimizer, model_state_dict=loaded["model"], options=options,
+                           optim_state_dict={"state": loaded["optimizer_state"], "param_groups": optim_state["param_groups"]})
+            self.scaler.load_state_dict(ckpt.meta["grad_scaler"])
+        if ckpt.release or self.args.finetune:
             return
-        self.state.iteration = int(state["iteration"])
-        self.state.skipped = int(state.get("skipped_iterations", 0))
-        if not self.args.no_load_optim:
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["grad_scaler"])
+        self.state.iteration = int(ckpt.meta["iteration"])
+        self.state.skipped = int(ckpt.meta.get("skipped_iterations", 0))
         if not self.args.no_load_rng:
-            torch.set_rng_state(state["rng_state"]["torch"])
-            if self.device.type == "cuda" and "cuda" in state["rng_state"]:
-                torch.cuda.set_rng_state(state["rng_state"]["cuda"], self.device)
+            key = f"rng.rank{self.rank}.torch"
+            if ckpt.meta.get("parallel", {}).get("world", 1) == self.dims.world and key in ckpt.stored_keys():
+                rng = ckpt.load_into({"rng": {f"rank{self.rank}": self.rng_state()}})["rng"][f"rank{self.rank}"]
+                torch.set_rng_state(rng["torch"])
+                if "cuda" in rng:
+                    torch.cuda.set_rng_state(rng["cuda"], self.device)
+            else:
+                self.say(f"textmill train: {root} was saved by a different number of processes; random state not restored")
+
+    def say(self, text: str) -> None:
+        if is_writer():
+            print(text, flush=True)
 
     # -- steps -------------------------------------------------------------------------------------
     def batch(self, dataset, start: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,20 +326,31 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
+    def micro_batches(self, dataset, first: int, count: int):
+        """(tokens, labels) of this rank's micro-batches among samples [first, first + count): each
+        round of micro_batch x DP samples is dealt out to the data-parallel ranks in order, as Megatron's
+        sampler does, so the global batch is the same whatever the layout."""
+        micro, dp = self.args.micro_batch_size, self.dims.dp
+        for start in range(first, first + count, micro * dp):
+            yield self.batch(dataset, start + self.dp_rank * micro, micro)
+
+    def mean_over_data_parallel(self, value: torch.Tensor) -> float:
+        if self.dims.dp > 1:
+            torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.AVG, group=self.mesh["dp"].get_group())
+        return value.item()
+
     def train_step(self) -> dict:
         args, it = self.args, self.state.iteration
-        micro, steps = args.micro_batch_size, args.global_batch_size // args.micro_batch_size
+        steps = args.global_batch_size // (args.micro_batch_size * self.dims.dp)
         self.model.train()
         total = torch.zeros((), device=self.device)
-        for m in range(steps):
-            tokens, labels = self.batch(self.train_data, it * args.global_batch_size + m * micro, micro)
-            with self.autocast():
+        for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, it * args.global_batch_size, args.global_batch_size)):
+            with gradient_sync(self.model, m == steps - 1), self.autocast():
                 loss = self.model(tokens, labels) / steps
-            self.scaler.scale(loss).backward()
+                self.scaler.scale(loss).backward()
             total += loss.detach()
         self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip_grad if args.clip_grad > 0 else math.inf)
+        grad_norm = clip_gradients([p for p in self.module.parameters() if p.grad is not None], args.clip_grad)
         lr = self.schedule.lr(it)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -284,7 +361,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.iteration += 1
         self.state.skipped += int(skipped)
-        return {"loss": total.item(), "lr": lr, "grad_norm": grad_norm.item(), "skipped": bool(skipped),
+        return {"loss": self.mean_over_data_parallel(total), "lr": lr, "grad_norm": grad_norm, "skipped": bool(skipped),
                 "loss_scale": scale if args.fp16 else None}
 
     @torch.no_grad()
@@ -294,31 +371,34 @@ class Trainer:
         if self.valid_data is None:
             return None
         self.model.eval()
-        args, losses = self.args, []
-        for start in range(0, args.eval_iters * args.global_batch_size, args.micro_batch_size):
-            tokens, labels = self.batch(self.valid_data, start, args.micro_batch_size)
+        total, count = torch.zeros((), device=self.device), 0
+        for tokens, labels in self.micro_batches(self.valid_data, 0, self.args.eval_iters * self.args.global_batch_size):
             with self.autocast():
-                losses.append(self.model(tokens, labels).item())
-        return float(np.mean(losses))
+                total += self.model(tokens, labels).float()
+            count += 1
+        return self.mean_over_data_parallel(total / count)
 
     # -- the loop ----------------------------------------------------------------------------------
     def train(self) -> dict:
         args = self.args
-        writer = None
-        if args.tensorboard_dir:
+        writer, main = None, is_writer()  # rank 0 prints, logs and writes metrics
+        if args.tensorboard_dir and main:
             from torch.utils.tensorboard import SummaryWriter
 
             writer = SummaryWriter(str(args.tensorboard_dir))
-        if args.save:
+        if args.save and main:
             args.save.mkdir(parents=True, exist_ok=True)
-        metrics = open(args.save / "metrics.jsonl", "a") if args.save else None
+        metrics = open(args.save / "metrics.jsonl", "a") if args.save and main else None
         tokens_per_iter = args.global_batch_size * self.seq_len
         flops_per_iter = training_flops(self.cfg, args.global_batch_size, self.seq_len)
-        print(f"textmill train: {self.model.num_parameters():,} parameters, {self.cfg.num_layers} layers, "
+        layout = (f" x {self.dims.world} processes (data parallel {self.dims.dp}"
+                  f"{', sharded optimizer' if args.use_distributed_optimizer else ''})" if self.dims.distributed else "")
+        self.say(f"textmill train: {self.module.num_parameters():,} parameters, {self.cfg.num_layers} layers, "
               f"hidden {self.cfg.hidden_size}, vocab {self.vocab_size} padded to {self.cfg.vocab_size}, "
-              f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}"
-              + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""), flush=True)
-        bar = tqdm(total=args.train_iters, initial=self.state.iteration, unit="it", desc="train", disable=None, leave=False)
+                 f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
+                 + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
+        bar = tqdm(total=args.train_iters, initial=self.state.iteration, unit="it", desc="train",
+                   disable=None if main else True, leave=False)
         window, window_start, last_valid = [], time.perf_counter(), None
         saved_at = None
         try:
@@ -327,7 +407,7 @@ class Trainer:
                 window.append(step)
                 it = self.state.iteration
                 bar.update(1)
-                if step["skipped"]:
+                if step["skipped"] and main:
                     print(f" iteration {it}: fp16 gradients overflowed; step skipped, loss scale now "
                           f"{self.scaler.get_scale():.0f}", flush=True)
                 record = None
@@ -337,7 +417,7 @@ class Trainer:
                     tflops = flops_per_iter / seconds / 1e12
                     record = {"iteration": it, "lm_loss": loss, "lr": step["lr"], "grad_norm": step["grad_norm"],
                               "tokens_per_s": tokens_per_iter / seconds, "tflops": tflops,
-                              "mfu": tflops / self.peak if self.peak else None, "skipped_iterations": self.state.skipped,
+                              "mfu": tflops / (self.peak * self.dims.world) if self.peak else None, "skipped_iterations": self.state.skipped,
                               "ms_per_iter": 1000 * seconds}
                     if step["loss_scale"] is not None:
                         record["loss_scale"] = step["loss_scale"]
@@ -346,7 +426,7 @@ class Trainer:
                     last_valid = self.evaluate()
                     record = {**(record or {"iteration": it}), "valid_loss": last_valid}
                     window_start = time.perf_counter()  # evaluation time is not training time
-                if record:
+                if record and main:
                     self.log(record, bar)
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
@@ -355,9 +435,12 @@ class Trainer:
                         for k, v in record.items():
                             if k != "iteration" and v is not None:
                                 writer.add_scalar(f"train/{k}" if k != "valid_loss" else "valid/lm_loss", v, it)
-                if args.save and ((args.save_interval and it % args.save_interval == 0) or it == args.train_iters):
+                stop = bool(args.exit_interval) and it % args.exit_interval == 0
+                if args.save and ((args.save_interval and it % args.save_interval == 0) or it == args.train_iters or stop):
                     self.save()
                     saved_at = it
+                if stop:
+                    break
         finally:
             bar.close()
             if writer:
@@ -382,10 +465,41 @@ class Trainer:
         bar.write(" | ".join(parts))
 
 
+def launch(args) -> str:
+    """`textmill train --nproc-per-node N ...`: the same command under torchrun on this machine."""
+    import subprocess
+
+    n = args.nproc_per_node
+    cfg = model_config(args, unpadded_vocab_size(args))
+    ParallelDims(n).check(cfg.num_layers, cfg.num_attention_heads, args.global_batch_size, args.micro_batch_size)
+    argv, skip = [], False
+    for a in args.argv:
+        if skip or a == "--nproc-per-node" or a.startswith("--nproc-per-node="):
+            skip = a == "--nproc-per-node"
+            continue
+        argv.append(a)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m", "textmill.trainer", *argv]
+    code = subprocess.run(cmd).returncode
+    if code:
+        raise TextmillError(f"torchrun with {n} processes ended with exit status {code} (see the errors above)")
+    return ""  # rank 0 has printed the summary
+
+
 def run(args) -> str:
+    from textmill.trainer.parallel.dims import shutdown
+
+    if args.nproc_per_node and world_from_env()[0] == 1:
+        return launch(args)
+    if args.fp16 and args.use_distributed_optimizer:
+        raise TextmillError("--fp16 with --use-distributed-optimizer is not supported; use --bf16")
     started = time.perf_counter()
-    trainer = Trainer(args)
-    result = trainer.train()
+    try:
+        result = Trainer(args).train()
+        main = is_writer()
+    finally:
+        shutdown()
+    if not main:
+        return ""
     where = f"; checkpoint {args.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
     valid = f", validation loss {result['valid_loss']:.4f}" if result["valid_loss"] is not None else ""
     return (f"train: {result['iterations']} iterations{valid}, {result['skipped_iterations']} skipped"
