@@ -140,6 +140,12 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(request, fam
         diff = (hf_model(tokens).logits - ours(tokens)[..., :512]).abs().max().item()
     assert diff < 1e-4
 
+    # And back: the imported checkpoint is the same function.
+    assert run_cli("import", "hf", str(tmp_path / "hf"), "--save", str(tmp_path / "back")).returncode == 0
+    back, _ = load_model(tmp_path / "back")
+    with torch.no_grad():
+        assert torch.equal(back(tokens), ours(tokens))
+
     hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
     tok = GPT2Tokenizer(ckpt / "tokenizer" / "vocab.json", ckpt / "tokenizer" / "merges.txt")
     text = "The old sailor repaired one wooden garden near the kitchen in 1891."

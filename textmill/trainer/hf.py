@@ -79,8 +79,7 @@ def llama_state(ours: dict, cfg: GPTConfig, vocab: int) -> dict:
         q, k, v = split_qkv(ours[o + "attn.qkv.weight"], cfg)
         hf[h + "self_attn.q_proj.weight"], hf[h + "self_attn.k_proj.weight"], hf[h + "self_attn.v_proj.weight"] = q, k, v
         hf[h + "self_attn.o_proj.weight"] = ours[o + "attn.proj.weight"]
-        gate, up = ours[o + "mlp.fc1.weight"].chunk(2)
-        hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = gate, up
+        hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = ours[o + "mlp.gate.weight"], ours[o + "mlp.fc1.weight"]
         hf[h + "mlp.down_proj.weight"] = ours[o + "mlp.fc2.weight"]
         hf[h + "input_layernorm.weight"] = ours[o + "norm1.weight"]
         hf[h + "post_attention_layernorm.weight"] = ours[o + "norm2.weight"]
@@ -221,7 +220,7 @@ def state_from_llama(hf: dict, cfg: GPTConfig) -> dict:
         o, h = f"blocks.{i}.", f"model.layers.{i}."
         ours[o + "attn.qkv.weight"] = join_qkv(*(hf[h + f"self_attn.{p}_proj.weight"] for p in "qkv"), cfg)
         ours[o + "attn.proj.weight"] = hf[h + "self_attn.o_proj.weight"]
-        ours[o + "mlp.fc1.weight"] = torch.cat([hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]])
+        ours[o + "mlp.gate.weight"], ours[o + "mlp.fc1.weight"] = hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]
         ours[o + "mlp.fc2.weight"] = hf[h + "mlp.down_proj.weight"]
         ours[o + "norm1.weight"] = hf[h + "input_layernorm.weight"]
         ours[o + "norm2.weight"] = hf[h + "post_attention_layernorm.weight"]

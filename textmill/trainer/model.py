@@ -113,20 +113,21 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """fc2(act(fc1(x))); SwiGLU: fc2(silu(gate(x)) * fc1(x)). The gate is its own matrix rather than half
+    of a fused one, so a column split for tensor parallelism gives each rank matching gate and up halves."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        gated = cfg.activation == "swiglu"
-        self.fc1 = nn.Linear(cfg.hidden_size, (2 if gated else 1) * cfg.ffn_hidden_size, bias=cfg.bias)
+        self.fc1 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.bias)
+        self.gate = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.bias) if cfg.activation == "swiglu" else None
         self.fc2 = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc1(x)
-        if self.cfg.activation == "swiglu":
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
+        if self.gate is not None:
+            h = F.silu(self.gate(x)) * self.fc1(x)
         else:
-            h = F.gelu(h, approximate="tanh" if self.cfg.activation == "gelu_tanh" else "none")
+            h = F.gelu(self.fc1(x), approximate="tanh" if self.cfg.activation == "gelu_tanh" else "none")
         return self.fc2(h)
 
 
