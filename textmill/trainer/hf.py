@@ -55,34 +55,56 @@ def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: GPTConfig) 
     return torch.stack(parts, dim=1).reshape(3 * cfg.hidden_size, *q.shape[1:])
 
 
+# Parameter names, textmill -> Hugging Face, one table per family read in both directions: (ours, theirs,
+# transposed). Conv1D (GPT-2) keeps its matrices as [in, out]. The fused attention projection is the one
+# tensor that is not a rename (qkv_to_hf / qkv_from_hf).
+HF_NAMES = {
+    "gpt2": {"layer": "transformer.h.{}.", "embedding": "transformer.wte.weight",
+             "globals": (("wpe.weight", "transformer.wpe.weight"), ("norm_f.weight", "transformer.ln_f.weight"),
+                         ("norm_f.bias", "transformer.ln_f.bias")),
+             "layers": (("norm1.weight", "ln_1.weight", False), ("norm1.bias", "ln_1.bias", False),
+                        ("norm2.weight", "ln_2.weight", False), ("norm2.bias", "ln_2.bias", False),
+                        ("attn.proj.weight", "attn.c_proj.weight", True), ("attn.proj.bias", "attn.c_proj.bias", False),
+                        ("mlp.fc1.weight", "mlp.c_fc.weight", True), ("mlp.fc1.bias", "mlp.c_fc.bias", False),
+                        ("mlp.fc2.weight", "mlp.c_proj.weight", True), ("mlp.fc2.bias", "mlp.c_proj.bias", False))},
+    "llama": {"layer": "model.layers.{}.", "embedding": "model.embed_tokens.weight",
+              "globals": (("norm_f.weight", "model.norm.weight"),),
+              "layers": (("attn.proj.weight", "self_attn.o_proj.weight", False),
+                         ("mlp.gate.weight", "mlp.gate_proj.weight", False), ("mlp.fc1.weight", "mlp.up_proj.weight", False),
+                         ("mlp.fc2.weight", "mlp.down_proj.weight", False), ("norm1.weight", "input_layernorm.weight", False),
+                         ("norm2.weight", "post_attention_layernorm.weight", False))},
+}
+
+
+def qkv_to_hf(family: str, layer: dict, cfg: GPTConfig) -> dict:
+    """One block's fused projection (our names, without the block prefix) in Hugging Face's form."""
+    if family == "gpt2":
+        return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], cfg)).t(),
+                "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], cfg))}
+    return dict(zip((f"self_attn.{p}_proj.weight" for p in "qkv"), split_qkv(layer["attn.qkv.weight"], cfg)))
+
+
+def qkv_from_hf(family: str, layer: dict, cfg: GPTConfig) -> dict:
+    """Inverse of qkv_to_hf."""
+    if family == "gpt2":
+        return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), cfg),
+                "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), cfg)}
+    return {"attn.qkv.weight": join_qkv(*(layer[f"self_attn.{p}_proj.weight"] for p in "qkv"), cfg)}
+
+
+def block(state: dict, prefix: str) -> dict:
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+
+
 # ----------------------------------------------------------------------------------------------- export
-def gpt2_state(ours: dict, cfg: GPTConfig, vocab: int) -> dict:
-    hf = {"transformer.wte.weight": ours["wte.weight"][:vocab], "transformer.wpe.weight": ours["wpe.weight"],
-          "transformer.ln_f.weight": ours["norm_f.weight"], "transformer.ln_f.bias": ours["norm_f.bias"]}
+def to_hf_state(family: str, ours: dict, cfg: GPTConfig, vocab: int) -> dict:
+    names = HF_NAMES[family]
+    hf = {names["embedding"]: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in names["globals"]}}
     for i in range(cfg.num_layers):
-        o, h = f"blocks.{i}.", f"transformer.h.{i}."
-        for a, b in (("norm1", "ln_1"), ("norm2", "ln_2")):
-            hf[h + b + ".weight"], hf[h + b + ".bias"] = ours[o + a + ".weight"], ours[o + a + ".bias"]
-        hf[h + "attn.c_attn.weight"] = torch.cat(split_qkv(ours[o + "attn.qkv.weight"], cfg)).t()
-        hf[h + "attn.c_attn.bias"] = torch.cat(split_qkv(ours[o + "attn.qkv.bias"], cfg))
-        for a, b in (("attn.proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj")):
-            hf[h + b + ".weight"], hf[h + b + ".bias"] = ours[o + a + ".weight"].t(), ours[o + a + ".bias"]
-    if not cfg.tie_embeddings:
-        hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
-    return hf
-
-
-def llama_state(ours: dict, cfg: GPTConfig, vocab: int) -> dict:
-    hf = {"model.embed_tokens.weight": ours["wte.weight"][:vocab], "model.norm.weight": ours["norm_f.weight"]}
-    for i in range(cfg.num_layers):
-        o, h = f"blocks.{i}.", f"model.layers.{i}."
-        q, k, v = split_qkv(ours[o + "attn.qkv.weight"], cfg)
-        hf[h + "self_attn.q_proj.weight"], hf[h + "self_attn.k_proj.weight"], hf[h + "self_attn.v_proj.weight"] = q, k, v
-        hf[h + "self_attn.o_proj.weight"] = ours[o + "attn.proj.weight"]
-        hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = ours[o + "mlp.gate.weight"], ours[o + "mlp.fc1.weight"]
-        hf[h + "mlp.down_proj.weight"] = ours[o + "mlp.fc2.weight"]
-        hf[h + "input_layernorm.weight"] = ours[o + "norm1.weight"]
-        hf[h + "post_attention_layernorm.weight"] = ours[o + "norm2.weight"]
+        o, h = f"blocks.{i}.", names["layer"].format(i)
+        for a, b, transposed in names["layers"]:
+            hf[h + b] = ours[o + a].t() if transposed else ours[o + a]
+        hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), cfg).items()})
     if not cfg.tie_embeddings:
         hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
     return hf
@@ -125,7 +147,7 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
     cfg = model.cfg
     family = hf_family(cfg)
     ours = model.state_dict()
-    tensors = (gpt2_state if family == "gpt2" else llama_state)(ours, cfg, tokenizer.vocab_size)
+    tensors = to_hf_state(family, ours, cfg, tokenizer.vocab_size)
     output = Path(output)
     tmp = output.with_name(f".{output.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -197,33 +219,14 @@ def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([w, w.new_zeros(rows - w.shape[0], *w.shape[1:])])
 
 
-def state_from_gpt2(hf: dict, cfg: GPTConfig) -> dict:
-    hf = {k.removeprefix("transformer."): v for k, v in hf.items()}
-    ours = {"wte.weight": padded_rows(hf["wte.weight"], cfg.vocab_size), "wpe.weight": hf["wpe.weight"],
-            "norm_f.weight": hf["ln_f.weight"], "norm_f.bias": hf["ln_f.bias"]}
+def from_hf_state(family: str, hf: dict, cfg: GPTConfig) -> dict:
+    names = HF_NAMES[family]
+    ours = {"wte.weight": padded_rows(hf[names["embedding"]], cfg.vocab_size), **{o: hf[theirs] for o, theirs in names["globals"]}}
     for i in range(cfg.num_layers):
-        o, h = f"blocks.{i}.", f"h.{i}."
-        for a, b in (("norm1", "ln_1"), ("norm2", "ln_2")):
-            ours[o + a + ".weight"], ours[o + a + ".bias"] = hf[h + b + ".weight"], hf[h + b + ".bias"]
-        ours[o + "attn.qkv.weight"] = join_qkv(*hf[h + "attn.c_attn.weight"].t().chunk(3), cfg)
-        ours[o + "attn.qkv.bias"] = join_qkv(*hf[h + "attn.c_attn.bias"].chunk(3), cfg)
-        for a, b in (("attn.proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj")):
-            ours[o + a + ".weight"], ours[o + a + ".bias"] = hf[h + b + ".weight"].t(), hf[h + b + ".bias"]
-    if not cfg.tie_embeddings:
-        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], cfg.vocab_size)
-    return ours
-
-
-def state_from_llama(hf: dict, cfg: GPTConfig) -> dict:
-    ours = {"wte.weight": padded_rows(hf["model.embed_tokens.weight"], cfg.vocab_size), "norm_f.weight": hf["model.norm.weight"]}
-    for i in range(cfg.num_layers):
-        o, h = f"blocks.{i}.", f"model.layers.{i}."
-        ours[o + "attn.qkv.weight"] = join_qkv(*(hf[h + f"self_attn.{p}_proj.weight"] for p in "qkv"), cfg)
-        ours[o + "attn.proj.weight"] = hf[h + "self_attn.o_proj.weight"]
-        ours[o + "mlp.gate.weight"], ours[o + "mlp.fc1.weight"] = hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]
-        ours[o + "mlp.fc2.weight"] = hf[h + "mlp.down_proj.weight"]
-        ours[o + "norm1.weight"] = hf[h + "input_layernorm.weight"]
-        ours[o + "norm2.weight"] = hf[h + "post_attention_layernorm.weight"]
+        o, h = f"blocks.{i}.", names["layer"].format(i)
+        for a, b, transposed in names["layers"]:
+            ours[o + a] = hf[h + b].t() if transposed else hf[h + b]
+        ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), cfg).items()})
     if not cfg.tie_embeddings:
         ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], cfg.vocab_size)
     return ours
@@ -242,10 +245,12 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     vocab = hf["vocab_size"]
     cfg = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
     weights = {k: v.float() for k, v in read_hf_weights(folder).items()}
+    if hf["model_type"] == "gpt2":  # OpenAI's own GPT-2 files name the tensors without "transformer."
+        weights = {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in weights.items()}
     if cfg.tie_embeddings:
         weights.pop("lm_head.weight", None)
     try:
-        ours = (state_from_gpt2 if hf["model_type"] == "gpt2" else state_from_llama)(weights, cfg)
+        ours = from_hf_state(hf["model_type"], weights, cfg)
         model = GPT(cfg)
         model.load_state_dict(ours)  # checks every name and shape
     except (KeyError, RuntimeError) as exc:
