@@ -59,7 +59,7 @@ def measure(layers, hidden, heads, vocab, batch, seq, steps, dtype, device) -> d
     optimizers, times = {}, {name: [] for name in models}
     for name, (model, _) in models.items():
         model.to(device).train()
-        optimizers[name] = make_optimizer(model, 1e-4, 0.01, (0.9, 0.95), 1e-8)
+        optimizers[name] = make_optimizer(list(model.parameters()), 1e-4, 0.01, (0.9, 0.95), 1e-8)
     for step in range(steps + 2):
         for name, (model, forward) in models.items():
             if device.type == "cuda":

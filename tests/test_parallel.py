@@ -60,9 +60,62 @@ def test_data_parallel_gives_the_single_process_curve(corpus, reference, tmp_pat
     assert_same_curve(train, reference[0])
     assert_same_curve(valid, reference[1])
     meta = json.loads((tmp_path / "ckpt" / "iter_0000006" / "textmill.json").read_text())
-    assert meta["parallel"] == {"world": 2, "dp": 2, "tp": 1, "pp": 1}
+    assert meta["parallel"] == {"world": 2, "dp": 2, "tp": 1, "pp": 1, "virtual": 1}
     # Each rank wrote its own shard file; nothing was gathered through rank 0.
     assert len(list((tmp_path / "ckpt" / "iter_0000006").glob("__*_0.distcp"))) == 2
+
+
+LLAMA = ("--position-embedding-type", "rope", "--swiglu", "--normalization", "RMSNorm",
+         "--untie-embeddings-and-output-weights", "--disable-bias-linear")
+TP, PP, SP = ("--tensor-model-parallel-size", "2"), ("--pipeline-model-parallel-size", "2"), ("--sequence-parallel",)
+LAYOUTS = {  # name: (processes, flags, expected parallel sizes)
+    "tp2": (2, TP, {"dp": 1, "tp": 2, "pp": 1}),
+    "tp2-sp": (2, TP + SP, {"dp": 1, "tp": 2, "pp": 1}),
+    "pp2-1f1b": (2, PP, {"dp": 1, "tp": 1, "pp": 2}),
+    "dp2xtp2": (4, TP, {"dp": 2, "tp": 2, "pp": 1}),
+    "pp2xtp2-sp": (4, PP + TP + SP, {"dp": 1, "tp": 2, "pp": 2}),
+    "pp2xdp2": (4, PP, {"dp": 2, "tp": 1, "pp": 2}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_model_parallel_layouts_give_the_single_process_curve(corpus, reference, tmp_path, layout):
+    nproc, flags, sizes = LAYOUTS[layout]
+    train, valid = distributed(corpus, tmp_path / "ckpt", nproc, 6, *flags)
+    assert_same_curve(train, reference[0])
+    assert_same_curve(valid, reference[1])
+    meta = json.loads((tmp_path / "ckpt" / "iter_0000006" / "textmill.json").read_text())
+    assert {k: meta["parallel"][k] for k in sizes} == sizes
+
+
+@pytest.mark.slow
+def test_interleaved_pipeline_and_llama_blocks_under_tensor_parallelism(corpus, tmp_path):
+    # Four layers on two pipeline ranks in stages of one layer: each rank holds two non-adjacent stages.
+    whole = single_process(corpus, tmp_path / "four", 6, "--num-layers", "4")
+    interleaved = distributed(corpus, tmp_path / "interleaved", 2, 6, "--num-layers", "4", *PP,
+                              "--num-layers-per-virtual-pipeline-stage", "1")
+    assert_same_curve(interleaved[0], whole[0])
+    assert_same_curve(interleaved[1], whole[1])
+    # RoPE, SwiGLU (gate split with its up projection), RMSNorm, an untied output layer: TP + SP.
+    llama = single_process(corpus, tmp_path / "llama", 6, *LLAMA)
+    split = distributed(corpus, tmp_path / "llama-tp", 2, 6, *LLAMA, *TP, *SP)
+    assert_same_curve(split[0], llama[0])
+    assert_same_curve(split[1], llama[1])
+
+
+@pytest.mark.slow
+def test_tensor_and_pipeline_checkpoints_reshard_at_load(corpus, tmp_path):
+    whole, _ = single_process(corpus, tmp_path / "whole", 8)
+    # TP=2 for 4 iterations, then one process; PP=2 for 4, then one process.
+    for name, flags in (("tp", TP + SP), ("pp", PP)):
+        first, _ = distributed(corpus, tmp_path / name, 2, 8, *flags, "--exit-interval", "4")
+        second, _ = single_process(corpus, tmp_path / name, 8, "--load", str(tmp_path / name))
+        assert_same_curve({**first, **second}, whole)
+    # One process for 4 iterations, then TP=2 x PP=2.
+    Trainer(train_args(corpus, *COMMON, "--train-iters", "8", "--save", str(tmp_path / "one"), "--exit-interval", "4")).train()
+    resumed, _ = distributed(corpus, tmp_path / "one", 4, 8, *TP, *PP, "--load", str(tmp_path / "one"))
+    assert_same_curve(resumed, whole)
 
 
 @pytest.mark.slow
@@ -100,3 +153,37 @@ def test_a_layout_that_does_not_divide_is_refused_before_launch(corpus):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "textmill: error: --global-batch-size 8 is not divisible by --micro-batch-size 2 x data-parallel size 3"]
+    r = run_cli("train", "--nproc-per-node", "3", *cli_args(corpus, "--train-iters", "2", "--tensor-model-parallel-size", "3"))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["textmill: error: --num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3"]
+    r = run_cli("train", "--nproc-per-node", "2", *cli_args(corpus, "--train-iters", "2", "--pipeline-model-parallel-size", "2",
+                                                             "--micro-batch-size", "8"))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "textmill: error: --pipeline-model-parallel-size 2 needs at least 2 micro-batches per step; --global-batch-size 8 / "
+        "(--micro-batch-size 8 x data-parallel size 1) gives 1"]
+
+
+@pytest.mark.slow
+def test_checkpoint_convert_writes_a_layout_and_back(corpus, tmp_path):
+    Trainer(train_args(corpus, *COMMON, "--train-iters", "8", "--save", str(tmp_path / "one"), "--exit-interval", "4")).train()
+    r = run_cli("checkpoint", "convert", "--load", str(tmp_path / "one"), "--save", str(tmp_path / "tp2pp2"),
+                "--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sum(line.startswith("checkpoint convert: ") for line in r.stdout.splitlines()) == 1
+    converted = tmp_path / "tp2pp2" / "iter_0000004"
+    assert len(list(converted.glob("__*_0.distcp"))) == 4  # one shard file per rank of the layout
+    assert json.loads((converted / "textmill.json").read_text())["parallel"]["tp"] == 2
+    r = run_cli("checkpoint", "convert", "--load", str(tmp_path / "tp2pp2"), "--save", str(tmp_path / "back"),
+                "--ckpt-format", "torch")
+    assert r.returncode == 0, r.stderr
+    original, _ = load_model(tmp_path / "one")
+    back, ckpt = load_model(tmp_path / "back")
+    assert ckpt.format == "torch" and ckpt.meta["iteration"] == 4
+    for (name, a), (_, b) in zip(original.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a, b), name
+    # Training goes on from the converted weights (with a fresh optimizer, as it says).
+    r = run_cli("train", *cli_args(corpus, "--train-iters", "6", "--load", str(tmp_path / "tp2pp2"), "--save", str(tmp_path / "tp2pp2")))
+    assert r.returncode == 0, r.stderr
+    assert "holds weights only (converted); starting a fresh optimizer" in r.stdout
+    assert "iteration        5/6" in r.stdout

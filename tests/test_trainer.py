@@ -144,6 +144,16 @@ def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp
     assert (save / "tokenizer" / "vocab.json").exists()
 
 
+def test_activation_recomputation_changes_memory_not_results(corpus):
+    def losses(*extra):
+        log = Trainer(train_args(corpus, "--train-iters", "4", "--hidden-dropout", "0", "--attention-dropout", "0", *extra)).train()["log"]
+        return [r["lm_loss"] for r in log if "lm_loss" in r]
+
+    plain = losses()
+    for extra in (["--recompute-granularity", "full"], ["--recompute-activations"]):
+        assert losses(*extra) == pytest.approx(plain, rel=1e-6)
+
+
 def test_fp16_overflow_skips_steps_and_says_so(corpus, capsys):
     result = Trainer(train_args(corpus, "--train-iters", "3", "--fp16", "--initial-loss-scale", str(2.0**40),
                                 "--hidden-dropout", "0", "--attention-dropout", "0")).train()

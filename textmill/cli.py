@@ -226,6 +226,17 @@ def cmd_import_hf(args) -> str:
             f"{r['padded_vocab_size']} -> {r['output']}/release [{time.perf_counter() - started:.1f}s]")
 
 
+def cmd_checkpoint_convert(args) -> str:
+    from textmill.trainer.convert import convert_checkpoint
+
+    r = convert_checkpoint(args.load, args.save, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
+                           args.ckpt_format, args.argv[1:])
+    if r is None:
+        return ""
+    return (f"checkpoint convert: {r['parameters']:,} parameters from {r['from']} -> {r['to']} "
+            f"(tensor parallel {r['tp']}, pipeline parallel {r['pp']}, {r['format']}; weights only) [{r['seconds']:.1f}s]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="textmill",
@@ -390,6 +401,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-file", type=Path, help="GPT-2 merges.txt (default: FOLDER/merges.txt)")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
     p.set_defaults(func=cmd_import_hf)
+
+    p = sub.add_parser("checkpoint", help="Rewrite checkpoints (Megatron's tools/checkpoint_util.py).",
+                       description="Work on checkpoints.", formatter_class=fmt)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("convert", formatter_class=fmt,
+                           help="Rewrite a checkpoint's weights sharded for a tensor/pipeline-parallel layout.",
+                           description="Rewrite the newest checkpoint of --load into --save, sharded for the target "
+                           "layout (TP x PP processes are started, each writes its part), or as one file. Training "
+                           "reads any checkpoint into any layout anyway; this is for files in a given layout. Weights "
+                           "only, as checkpoint_util: a run resumed from the result starts a fresh optimizer.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory to read (its newest checkpoint)")
+    p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
+    p.add_argument("--target-tensor-parallel-size", type=int, default=1, help="tensor-parallel size of the files written")
+    p.add_argument("--target-pipeline-parallel-size", type=int, default=1, help="pipeline-parallel size of the files written")
+    p.add_argument("--ckpt-format", choices=["torch", "torch_dist"], default="torch_dist",
+                   help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
+    p.set_defaults(func=cmd_checkpoint_convert)
 
     from textmill.demo import add_demo_parser
 

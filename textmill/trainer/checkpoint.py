@@ -119,7 +119,10 @@ class Checkpoint:
         """Fill `template` (nested dicts of tensors or DTensors, shaped for the current layout) with the
         stored values; each rank reads only its part."""
         if self.format == "torch":
-            return {k: self.full[k] for k in template}
+            try:
+                return pick(self.full, template)
+            except KeyError as exc:
+                raise TextmillError(f"{self.path}: has no {exc.args[0]!r} for this model") from None
         import torch.distributed.checkpoint as dcp
 
         try:
@@ -130,6 +133,11 @@ class Checkpoint:
             raise TextmillError(f"{self.path}: cannot be read into this model ({type(exc).__name__}: "
                                 f"{str(exc).strip().splitlines()[-1][:300]})") from None
         return template
+
+
+def pick(stored: dict, template: dict) -> dict:
+    """The entries of `stored` that `template` names, at every level (a pipeline stage wants only its layers)."""
+    return {k: pick(stored[k], v) if isinstance(v, dict) else stored[k] for k, v in template.items()}
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -99,17 +100,27 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
 
+        self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
+
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        B, T, _ = x.shape
-        # [B, T, heads_here, 3, head_dim]: heads_here is all heads, or this rank's share under tensor parallelism
-        qkv = self.qkv(x).view(B, T, -1, 3, self.cfg.head_dim)
+        qkv = self.qkv(x)
+        # [B, T, heads_here, 3, head_dim]: heads_here is all heads, or this rank's share under tensor
+        # parallelism; T is the whole sequence even when x was a sequence-parallel shard.
+        B, T = qkv.shape[:2]
+        qkv = qkv.view(B, T, -1, 3, self.cfg.head_dim)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
         if rope is not None:
             cos, sin = rope[0][:T], rope[1][:T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        dropout = self.cfg.attention_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        if self.recompute and self.training:
+            y = checkpoint(self.core, q, k, v, use_reentrant=False)
+        else:
+            y = self.core(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        dropout = self.cfg.attention_dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
 
 
 class MLP(nn.Module):
@@ -150,14 +161,24 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) if cfg.position_embedding == "learned" else None
         self.drop = nn.Dropout(cfg.hidden_dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        # Keyed by layer number, so a pipeline stage holding layers 6-11 still names them blocks.6...blocks.11.
+        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.num_layers)})
         self.norm_f = make_norm(cfg)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.position_embedding == "rope":
             cos, sin = rope_tables(cfg)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+        self.embeds = True  # False in pipeline stages after the first (see parallel/pipeline_parallel.py)
+        self.recompute_blocks = False  # full recomputation: keep only each block's input for backward
         self.reset_parameters()
+
+    def set_recompute(self, granularity: str | None) -> None:
+        """Activation checkpointing, as Megatron's --recompute-granularity: "full" recomputes every block in
+        the backward pass, "selective" only the attention core (the part whose activations grow with T^2)."""
+        self.recompute_blocks = granularity == "full"
+        for block in self.blocks.values():
+            block.attn.recompute = granularity == "selective"
 
     def reset_parameters(self) -> None:
         """Megatron's init: N(0, 0.02) weights, zero biases, unit norms; the two projections that write
@@ -177,23 +198,29 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
                 loss_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, padded vocab] for token ids [B, T]; with labels [B, T], the mean cross-entropy
-        instead (computed without materialising the logits: see LanguageModelLoss)."""
-        B, T = tokens.shape
-        if T > self.cfg.max_position_embeddings:
-            raise ValueError(f"sequence of {T} tokens is longer than the {self.cfg.max_position_embeddings} positions")
-        x = self.wte(tokens)
-        rope = None
-        if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=tokens.device))
-        else:
-            rope = (self.rope_cos, self.rope_sin)
-        x = self.drop(x)
-        for block in self.blocks:
-            x = block(x, rope)
+        instead (computed without materialising the logits: see LanguageModelLoss).
+
+        A pipeline stage holds only some of the parts: after the first stage `tokens` are the previous
+        stage's hidden states, and a stage before the last returns its hidden states."""
+        x = self.embed(tokens) if self.embeds else tokens
+        rope = (self.rope_cos, self.rope_sin) if self.cfg.position_embedding == "rope" else None
+        for block in self.blocks.values():
+            x = checkpoint(block, x, rope, use_reentrant=False) if self.recompute_blocks and self.training else block(x, rope)
+        if self.norm_f is None:
+            return x
         x = self.norm_f(x)
         if labels is not None:
             return language_model_loss(x, self.output_weight(), labels, loss_mask)
-        return F.linear(x, self.output_weight())
+        return output_logits(x, self.output_weight())
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        T = tokens.shape[1]
+        if T > self.cfg.max_position_embeddings:
+            raise ValueError(f"sequence of {T} tokens is longer than the {self.cfg.max_position_embeddings} positions")
+        x = self.wte(tokens)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=tokens.device))
+        return self.drop(x)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -207,14 +234,21 @@ class LanguageModelLoss(torch.autograd.Function):
     since the loss is a scalar, each chunk's gradients are known as soon as its softmax is:
         d loss / d logits = (softmax(logits) - onehot(label)) * mask / sum(mask)
     so the forward pass computes d hidden = P @ weight and d weight = P.T @ hidden right away and the
-    backward pass only scales them. Same FLOPs as the plain way, a fraction of the memory traffic."""
+    backward pass only scales them. Same FLOPs as the plain way, a fraction of the memory traffic.
+
+    Under tensor parallelism (`group` given) the weight is this rank's slice of the vocabulary, rows
+    [vocab_start, vocab_start + len(weight)), and hidden is whole on every rank. The softmax is made global
+    as Megatron's vocab-parallel cross-entropy makes it: all-reduce the row maxima, then the sums of
+    exponentials together with the target's logit (held by one rank, 0 elsewhere); d hidden is summed
+    over the group. No rank ever holds another rank's logits."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, loss_mask):
+    def forward(ctx, hidden, weight, labels, loss_mask, group=None, vocab_start=0):
         device = hidden.device.type
         # Matrix products in the autocast dtype when autocast is on (as F.linear would be), softmax in fp32.
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        rows = max(1, LOSS_CHUNK_BYTES // (4 * weight.shape[0]))
+        vocab = weight.shape[0]
+        rows = max(1, LOSS_CHUNK_BYTES // (4 * vocab))
         want_grads = any(ctx.needs_input_grad[:2])
         mask = loss_mask.float()
         denominator = mask.sum()
@@ -226,11 +260,21 @@ class LanguageModelLoss(torch.autograd.Function):
             for start in range(0, hidden.shape[0], rows):
                 h, y, m = hidden[start : start + rows].to(dtype), labels[start : start + rows], mask[start : start + rows]
                 logits = (h @ w.t()).float()
-                log_z = torch.logsumexp(logits, dim=-1)
-                total += ((log_z - logits.gather(1, y[:, None])[:, 0]) * m).sum()
+                local_y = y - vocab_start
+                here = (local_y >= 0) & (local_y < vocab)  # the rows whose target is in this vocabulary slice
+                local_y = local_y.clamp(0, vocab - 1)
+                row_max = logits.max(dim=-1).values
+                if group is not None:
+                    torch.distributed.all_reduce(row_max, torch.distributed.ReduceOp.MAX, group=group)
+                logits.sub_(row_max[:, None])
+                sums = torch.stack([logits.exp().sum(dim=-1), logits.gather(1, local_y[:, None])[:, 0] * here])
+                if group is not None:
+                    torch.distributed.all_reduce(sums, group=group)
+                log_z = sums[0].log()  # log-sum-exp, less the row maximum (which cancels)
+                total += ((log_z - sums[1]) * m).sum()
                 if want_grads:
                     probs = logits.sub_(log_z[:, None]).exp_()
-                    probs[torch.arange(len(y), device=y.device), y] -= 1.0
+                    probs.scatter_add_(1, local_y[:, None], -here[:, None].to(probs.dtype))  # minus the one-hot target
                     probs.mul_((m / denominator)[:, None])
                     grad_hidden[start : start + rows] = probs.to(dtype) @ w
                     if grad_weight is None:
@@ -238,6 +282,8 @@ class LanguageModelLoss(torch.autograd.Function):
                     else:
                         grad_weight.addmm_(probs.t(), h.float())
         if want_grads:
+            if group is not None:
+                torch.distributed.all_reduce(grad_hidden, group=group)
             ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return total / denominator
 
@@ -245,19 +291,46 @@ class LanguageModelLoss(torch.autograd.Function):
     def backward(ctx, grad_loss):
         # Scaled in place: these buffers are this step's alone (so the graph can be run backward once).
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), None, None
+        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), None, None, None, None
 
 
 LOSS_CHUNK_BYTES = 1 << 27
+
+
+def vocabulary_parallel(hidden: torch.Tensor, weight: torch.Tensor):
+    """For an output weight sharded by vocabulary over a tensor-parallel group (a DTensor): the whole hidden
+    states as a plain tensor (gathered along the sequence under sequence parallelism), this rank's weight
+    slice, the group and the slice's first vocabulary row. Plain weights pass through with no group."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(weight, DTensor):
+        return hidden, weight, None, 0
+    if isinstance(hidden, DTensor):
+        hidden = hidden.full_tensor()
+    mesh = weight.device_mesh
+    local = weight.to_local()
+    return hidden, local, mesh.get_group(), mesh.get_local_rank() * local.shape[0]
 
 
 def language_model_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                         loss_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cross-entropy (over unmasked positions) of next-token logits hidden @ weight.T, in fp32.
     hidden [B, T, h], weight [V, h], labels [B, T]."""
+    hidden, weight, group, vocab_start = vocabulary_parallel(hidden, weight)
     hidden, labels = hidden.flatten(0, 1), labels.flatten()
     mask = torch.ones_like(labels, dtype=torch.float32) if loss_mask is None else loss_mask.flatten()
-    return LanguageModelLoss.apply(hidden, weight, labels, mask)
+    return LanguageModelLoss.apply(hidden, weight, labels, mask, group, vocab_start)
+
+
+def output_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """hidden @ weight.T, gathered over the vocabulary slices under tensor parallelism."""
+    hidden, weight, group, _ = vocabulary_parallel(hidden, weight)
+    logits = F.linear(hidden, weight)
+    if group is not None:
+        parts = [torch.empty_like(logits) for _ in range(torch.distributed.get_world_size(group))]
+        torch.distributed.all_gather(parts, logits.contiguous(), group=group)
+        logits = torch.cat(parts, dim=-1)
+    return logits
 
 
 def training_flops(cfg: GPTConfig, batch: int, seq_len: int) -> float:

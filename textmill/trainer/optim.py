@@ -9,20 +9,24 @@ import torch
 from torch import nn
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: biases and norm scales (1-D) are not decayed, as in Megatron."""
-    decay, no_decay = [], []
-    for p in model.parameters():
+def parameter_groups(params: list[nn.Parameter], weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only: biases and norm scales (1-D) are not decayed, as in Megatron.
+    Distributed (DTensor) and plain parameters go in separate groups: the fused and multi-tensor kernels
+    take one kind at a time (under tensor parallelism without sharding, the norms stay plain)."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[tuple[bool, bool], list] = {}
+    for p in params:
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            groups.setdefault((p.ndim >= 2, isinstance(p, DTensor)), []).append(p)
+    return [{"params": ps, "weight_decay": weight_decay if decay else 0.0} for (decay, _), ps in sorted(groups.items(), reverse=True)]
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
+def make_optimizer(params: list[nn.Parameter], lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
     """NVIDIA Apex's FusedAdam when Apex is importable (never a dependency), else torch's fused AdamW
     where the device supports it, else its multi-tensor (foreach) AdamW."""
-    groups = parameter_groups(model, weight_decay)
-    device = next(model.parameters()).device
+    groups = parameter_groups(params, weight_decay)
+    device = params[0].device
     if device.type == "cuda":
         try:
             from apex.optimizers import FusedAdam  # type: ignore[import-not-found]

@@ -13,7 +13,6 @@ import contextlib
 import json
 import math
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,9 @@ from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.model import GPT, PRESETS, GPTConfig, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
-from textmill.trainer.parallel.dims import ParallelDims, build_mesh, init_distributed, world_from_env
+from textmill.trainer.parallel.dims import ParallelDims, build_mesh, init_distributed, shutdown, torchrun, world_from_env
+from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
+from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
@@ -95,8 +96,25 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss-scale-window", type=int, default=1000, help="fp16: clean steps before the scale doubles")
     g = p.add_argument_group("parallelism (launch with torchrun, or --nproc-per-node)")
     g.add_argument("--nproc-per-node", type=int, help="start this many processes on this machine (through torchrun)")
+    g.add_argument("--tensor-model-parallel-size", type=int, default=1,
+                   help="split each layer's matrices (and the vocabulary) over this many ranks; must divide the heads")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="with tensor parallelism: also split norms, dropout and residuals along the sequence")
+    g.add_argument("--pipeline-model-parallel-size", type=int, default=1,
+                   help="cut the layers into this many pipeline stages on different ranks (1F1B schedule)")
+    g.add_argument("--num-layers-per-virtual-pipeline-stage", type=int,
+                   help="interleaved schedule: stages of this many layers, several per pipeline rank")
     g.add_argument("--use-distributed-optimizer", action="store_true",
-                   help="shard optimizer state, gradients and parameters over data-parallel ranks (FSDP2, ZeRO-style)")
+                   help="shard optimizer state, gradients and parameters over data-parallel ranks (FSDP2, ZeRO-style); "
+                   "always so when data and tensor parallelism are combined")
+    g.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=True,
+                   help="reduce gradients in buckets while the backward pass runs (DDP); --no-overlap-grad-reduce "
+                   "reduces them in one piece after it. FSDP2 always reduce-scatters per layer during backward")
+    g.add_argument("--recompute-activations", action="store_true",
+                   help="selective activation recomputation (same as --recompute-granularity selective)")
+    g.add_argument("--recompute-granularity", choices=["full", "selective"],
+                   help="recompute activations in the backward pass to save memory: full = whole layers, "
+                   "selective = the attention core")
     g.add_argument("--distributed-timeout-minutes", type=float, default=10.0,
                    help="a collective waiting longer than this (a lost peer) fails the run instead of hanging")
     g = p.add_argument_group("checkpoints and logging")
@@ -115,6 +133,25 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-iters", type=int, default=10, help="global batches of the validation split per evaluation")
     g.add_argument("--tensorboard-dir", type=Path, help="write TensorBoard scalars here")
     g.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: known GPUs; CPU: not reported)")
+
+
+def parallel_dims(args, world: int) -> ParallelDims:
+    if args.recompute_activations and not args.recompute_granularity:
+        args.recompute_granularity = "selective"
+    virtual = 1
+    if args.num_layers_per_virtual_pipeline_stage:
+        if args.pipeline_model_parallel_size < 2:
+            raise TextmillError("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of 2 or more")
+        layers = args.num_layers or PRESETS[args.model_preset]["num_layers"]
+        per_rank = layers // args.pipeline_model_parallel_size
+        if layers % args.pipeline_model_parallel_size or per_rank % args.num_layers_per_virtual_pipeline_stage:
+            raise TextmillError(f"--num-layers {layers} is not divisible by --pipeline-model-parallel-size "
+                                f"{args.pipeline_model_parallel_size} x --num-layers-per-virtual-pipeline-stage "
+                                f"{args.num_layers_per_virtual_pipeline_stage}")
+        virtual = per_rank // args.num_layers_per_virtual_pipeline_stage
+    if args.sequence_parallel and args.tensor_model_parallel_size < 2:
+        raise TextmillError("--sequence-parallel needs --tensor-model-parallel-size of 2 or more")
+    return ParallelDims(world, args.tensor_model_parallel_size, args.pipeline_model_parallel_size, virtual)
 
 
 def model_config(args, vocab_size: int) -> GPTConfig:
@@ -173,19 +210,6 @@ def unpadded_vocab_size(args) -> int:
     raise TextmillError("give --vocab-file (and --merge-file) or --vocab-size")
 
 
-def clip_gradients(params: list[torch.Tensor], max_norm: float) -> float:
-    """Scale gradients so their global L2 norm is at most max_norm (0: no clipping); the norm before.
-    Sharded gradients (DTensors) give a sharded norm, made whole before it scales anything."""
-    from torch.distributed.tensor import DTensor
-
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0, foreach=True)
-    if isinstance(norm, DTensor):
-        norm = norm.full_tensor()
-    if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
-    return norm.item()
-
-
 @dataclass
 class TrainState:
     iteration: int = 0
@@ -200,8 +224,8 @@ class Trainer:
         self.device = pick_device(args.device, local_rank)
         self.vocab_size = unpadded_vocab_size(args)
         self.cfg = model_config(args, self.vocab_size)
-        self.dims = ParallelDims(world)
-        self.dims.check(self.cfg.num_layers, self.cfg.num_attention_heads, args.global_batch_size, args.micro_batch_size)
+        self.dims = parallel_dims(args, world)
+        self.dims.check(self.cfg, args.global_batch_size, args.micro_batch_size)
         self.seq_len = args.seq_length or self.cfg.max_position_embeddings
         if self.seq_len > self.cfg.max_position_embeddings:
             raise TextmillError(f"--seq-length {self.seq_len} is longer than --max-position-embeddings {self.cfg.max_position_embeddings}")
@@ -210,6 +234,7 @@ class Trainer:
             init_distributed(self.device, args.distributed_timeout_minutes)
             self.mesh = build_mesh(self.dims, self.device)
         self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
+        self.pp_rank = self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
         self.ckpt_format = args.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
 
         prefixes, weights = parse_data_path(args.data_path)
@@ -226,12 +251,7 @@ class Trainer:
         if self.train_data is None:
             raise TextmillError(f"--split {args.split} leaves no training documents")
 
-        torch.manual_seed(args.seed)
-        self.module = GPT(self.cfg).to(self.device)  # the model itself; self.model may wrap it
-        self.model = self.module
-        if self.dims.distributed:
-            self.model = apply_data_parallel(self.module, self.mesh["dp"], args.use_distributed_optimizer)
-        self.optimizer = make_optimizer(self.module, args.lr, args.weight_decay, (args.adam_beta1, args.adam_beta2), args.adam_eps)
+        self.build_model()
         decay = args.lr_decay_iters or args.train_iters
         warmup = int(args.lr_warmup_fraction * decay) if args.lr_warmup_fraction is not None else args.lr_warmup_iters
         self.schedule = LRSchedule(args.lr, args.min_lr, warmup, decay, args.lr_decay_style)
@@ -242,6 +262,48 @@ class Trainer:
         self.peak = device_peak_tflops(self.device, args.peak_tflops)
         if args.load:
             self.resume(args.load)
+
+    def build_model(self) -> None:
+        """The model, cut into this rank's pipeline stages (one without pipeline parallelism), each split over
+        the tensor-parallel group and wrapped for data parallelism, with one optimizer per stage.
+
+        self.chunks: (stage index, the stage's GPT); self.models: what runs each stage (maybe wrapped);
+        self.optimizers: one per stage; self.schedule_pp: the pipeline schedule, or None."""
+        args, dims = self.args, self.dims
+        torch.manual_seed(args.seed)  # every rank builds the same whole model, then keeps its part
+        model = GPT(self.cfg)
+        self.num_parameters = model.num_parameters()
+        model.set_recompute(args.recompute_granularity)
+        if dims.pp > 1:
+            self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)
+        else:
+            self.chunks = [(0, model)]
+        self.models = []
+        for _, chunk in self.chunks:
+            chunk.to(self.device)
+            if dims.tp > 1:
+                apply_tensor_parallel(chunk, self.mesh["tp"], args.sequence_parallel)
+            if dims.dp > 1:
+                # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
+                # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
+                sharded = args.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
+                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, args.overlap_grad_reduce)
+            else:
+                chunk_model = chunk
+            self.models.append(chunk_model)
+        self.optimizers = [make_optimizer(list(chunk.parameters()), args.lr, args.weight_decay,
+                                          (args.adam_beta1, args.adam_beta2), args.adam_eps) for _, chunk in self.chunks]
+        self.schedule_pp = None
+        self.tied_group = None
+        if dims.pp > 1:
+            self.schedule_pp = build_schedule(self.chunks, self.models, dims.pp * dims.virtual, self.mesh["pp"], self.device,
+                                              self.micro_batches_per_step(), args.micro_batch_size, self.seq_len,
+                                              dims.tp if args.sequence_parallel else 1)
+            if self.cfg.tie_embeddings:
+                self.tied_group = embedding_group(self.mesh)
+
+    def micro_batches_per_step(self) -> int:
+        return self.args.global_batch_size // (self.args.micro_batch_size * self.dims.dp)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def rng_state(self) -> dict:
@@ -254,9 +316,12 @@ class Trainer:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         root = self.args.save
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        tensors = {"model": model_state, "optimizer_state": optim_state["state"],
-                   "rng": {f"rank{self.rank}": self.rng_state()}}
+        model_state, optim_state = {}, {}
+        for model, optimizer in zip(self.models, self.optimizers):  # one per pipeline stage on this rank
+            m, o = get_state_dict(model, optimizer)
+            model_state.update(m)
+            optim_state.update(o["state"])
+        tensors = {"model": model_state, "optimizer_state": optim_state, "rng": {f"rank{self.rank}": self.rng_state()}}
         meta = {
             "model_config": self.cfg.to_dict(),
             "grad_scaler": self.scaler.state_dict(),
@@ -265,7 +330,7 @@ class Trainer:
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items() if k not in ("func", "argv")},
             "seq_length": self.seq_len,
             "vocab_size": self.vocab_size,
-            "parallel": {"world": self.dims.world, "dp": self.dims.dp, "tp": self.dims.tp, "pp": self.dims.pp},
+            "parallel": self.dims.to_dict(),
         }
         path = save_checkpoint(root, self.state.iteration, meta, tensors, self.ckpt_format)
         if is_writer() and self.args.vocab_file and self.args.merge_file and not (root / "tokenizer" / "merges.txt").exists():
@@ -288,14 +353,20 @@ class Trainer:
             raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
         # A single file holds whole tensors; the sharded format is read straight into this layout.
         options = StateDictOptions(full_state_dict=ckpt.format == "torch")
-        if ckpt.release or self.args.finetune or self.args.no_load_optim:
-            model_state = ckpt.load_into({"model": get_model_state_dict(self.model, options=options)})["model"]
-            set_model_state_dict(self.model, model_state, options=options)
-        else:
-            model_state, optim_state = get_state_dict(self.model, self.optimizer, options=options)
+        weights_only = ckpt.release or self.args.finetune or self.args.no_load_optim
+        if not weights_only and not any(k.startswith("optimizer_state.") for k in ckpt.stored_keys()):
+            self.say(f"textmill train: {ckpt.path} holds weights only (converted); starting a fresh optimizer")
+            weights_only = True
+        for model, optimizer in zip(self.models, self.optimizers):
+            if weights_only:
+                model_state = ckpt.load_into({"model": get_model_state_dict(model, options=options)})["model"]
+                set_model_state_dict(model, model_state, options=options)
+                continue
+            model_state, optim_state = get_state_dict(model, optimizer, options=options)
             loaded = ckpt.load_into({"model": model_state, "optimizer_state": optim_state["state"]})
-            set_state_dict(self.model, self.optimizer, model_state_dict=loaded["model"], options=options,
+            set_state_dict(model, optimizer, model_state_dict=loaded["model"], options=options,
                            optim_state_dict={"state": loaded["optimizer_state"], "param_groups": optim_state["param_groups"]})
+        if not weights_only:
             self.scaler.load_state_dict(ckpt.meta["grad_scaler"])
         if ckpt.release or self.args.finetune:
             return
@@ -341,28 +412,80 @@ class Trainer:
 
     def train_step(self) -> dict:
         args, it = self.args, self.state.iteration
-        steps = args.global_batch_size // (args.micro_batch_size * self.dims.dp)
-        self.model.train()
-        total = torch.zeros((), device=self.device)
-        for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, it * args.global_batch_size, args.global_batch_size)):
-            with gradient_sync(self.model, m == steps - 1), self.autocast():
-                loss = self.model(tokens, labels) / steps
-                self.scaler.scale(loss).backward()
-            total += loss.detach()
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = clip_gradients([p for p in self.module.parameters() if p.grad is not None], args.clip_grad)
+        for model in self.models:
+            model.train()
+        first = it * args.global_batch_size
+        if self.schedule_pp is not None:
+            loss = self.pipeline_pass(self.train_data, first, train=True)
+        else:
+            steps = self.micro_batches_per_step()
+            total = torch.zeros((), device=self.device)
+            for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, first, args.global_batch_size)):
+                with gradient_sync(self.models[0], m == steps - 1), self.autocast():
+                    loss = self.models[0](tokens, labels) / steps
+                    self.scaler.scale(loss).backward()
+                total += loss.detach()
+            loss = self.mean_over_data_parallel(total)
+        for optimizer in self.optimizers:
+            self.scaler.unscale_(optimizer)
+        grad_norm = self.clip_gradients()
         lr = self.schedule.lr(it)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
         scale = self.scaler.get_scale()
-        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients hold inf/NaN
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            self.scaler.step(optimizer)  # skipped by the scaler when fp16 gradients hold inf/NaN
         self.scaler.update()
         skipped = args.fp16 and self.scaler.get_scale() < scale
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
         self.state.iteration += 1
         self.state.skipped += int(skipped)
-        return {"loss": self.mean_over_data_parallel(total), "lr": lr, "grad_norm": grad_norm, "skipped": bool(skipped),
+        return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": bool(skipped),
                 "loss_scale": scale if args.fp16 else None}
+
+    def pipeline_pass(self, dataset, first: int, train: bool) -> float:
+        """One global batch through the pipeline schedule: this rank's micro-batches go in together and the
+        schedule runs them (1F1B); the loss comes out of the last stage and is shared with the others."""
+        pairs = list(self.micro_batches(dataset, first, self.args.global_batch_size))
+        tokens, labels = torch.cat([t for t, _ in pairs]), torch.cat([y for _, y in pairs])
+        losses: list[torch.Tensor] = []
+        inputs = (tokens,) if self.pp_rank == 0 else ()
+        with self.autocast():
+            run = self.schedule_pp.step if train else self.schedule_pp.eval
+            run(*inputs, target=labels, losses=losses, labels=labels)
+        if train and self.tied_group is not None:
+            sync_tied_embedding(self.chunks, self.dims.pp * self.dims.virtual, self.tied_group)
+        total = torch.stack(losses).float().mean() if losses else torch.zeros((), device=self.device)
+        torch.distributed.all_reduce(total, group=self.mesh["pp"].get_group())  # only the last stage had it
+        return self.mean_over_data_parallel(total)
+
+    def clip_gradients(self) -> float:
+        """Scale all gradients so their global L2 norm is at most --clip-grad; the norm before. Gradients are
+        taken in groups of one kind (plain, or DTensors on one mesh: the foreach kernels take no mixture),
+        sharded norms are made whole, the squares summed over the groups and the pipeline stages, with the
+        second copy of a tied embedding left out."""
+        from torch.distributed.tensor import DTensor
+
+        counted, every = {}, {}
+        for s, chunk in self.chunks:
+            for name, p in chunk.named_parameters():
+                if p.grad is not None:
+                    kind = p.device_mesh if isinstance(p, DTensor) else None
+                    every.setdefault(kind, []).append(p)
+                    if not (s != 0 and name == "wte.weight"):
+                        counted.setdefault(kind, []).append(p.grad)
+        squares = torch.zeros((), device=self.device)
+        for grads in counted.values():
+            norm = torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)
+            squares += (norm.full_tensor() if isinstance(norm, DTensor) else norm) ** 2
+        if self.dims.pp > 1:
+            torch.distributed.all_reduce(squares, group=self.mesh["pp"].get_group())
+        norm = squares.sqrt()
+        if self.args.clip_grad > 0:
+            for params in every.values():
+                torch.nn.utils.clip_grads_with_norm_(params, self.args.clip_grad, norm, foreach=True)
+        return norm.item()
 
     @torch.no_grad()
     def evaluate(self) -> float | None:
@@ -370,11 +493,15 @@ class Trainer:
         samples every time, so successive values compare)."""
         if self.valid_data is None:
             return None
-        self.model.eval()
+        for model in self.models:
+            model.eval()
+        gb = self.args.global_batch_size
+        if self.schedule_pp is not None:
+            return float(np.mean([self.pipeline_pass(self.valid_data, i * gb, train=False) for i in range(self.args.eval_iters)]))
         total, count = torch.zeros((), device=self.device), 0
-        for tokens, labels in self.micro_batches(self.valid_data, 0, self.args.eval_iters * self.args.global_batch_size):
+        for tokens, labels in self.micro_batches(self.valid_data, 0, self.args.eval_iters * gb):
             with self.autocast():
-                total += self.model(tokens, labels).float()
+                total += self.models[0](tokens, labels).float()
             count += 1
         return self.mean_over_data_parallel(total / count)
 
@@ -391,10 +518,9 @@ class Trainer:
         metrics = open(args.save / "metrics.jsonl", "a") if args.save and main else None
         tokens_per_iter = args.global_batch_size * self.seq_len
         flops_per_iter = training_flops(self.cfg, args.global_batch_size, self.seq_len)
-        layout = (f" x {self.dims.world} processes (data parallel {self.dims.dp}"
-                  f"{', sharded optimizer' if args.use_distributed_optimizer else ''})" if self.dims.distributed else "")
-        self.say(f"textmill train: {self.module.num_parameters():,} parameters, {self.cfg.num_layers} layers, "
-              f"hidden {self.cfg.hidden_size}, vocab {self.vocab_size} padded to {self.cfg.vocab_size}, "
+        layout = f" x {self.dims.world} processes ({self.dims.describe(args)})" if self.dims.distributed else ""
+        self.say(f"textmill train: {self.num_parameters:,} parameters, {self.cfg.num_layers} layers, "
+                 f"hidden {self.cfg.hidden_size}, vocab {self.vocab_size} padded to {self.cfg.vocab_size}, "
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
         bar = tqdm(total=args.train_iters, initial=self.state.iteration, unit="it", desc="train",
@@ -467,37 +593,32 @@ class Trainer:
 
 def launch(args) -> str:
     """`textmill train --nproc-per-node N ...`: the same command under torchrun on this machine."""
-    import subprocess
-
     n = args.nproc_per_node
     cfg = model_config(args, unpadded_vocab_size(args))
-    ParallelDims(n).check(cfg.num_layers, cfg.num_attention_heads, args.global_batch_size, args.micro_batch_size)
+    parallel_dims(args, n).check(cfg, args.global_batch_size, args.micro_batch_size)
     argv, skip = [], False
     for a in args.argv:
         if skip or a == "--nproc-per-node" or a.startswith("--nproc-per-node="):
             skip = a == "--nproc-per-node"
             continue
         argv.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m", "textmill.trainer", *argv]
-    code = subprocess.run(cmd).returncode
-    if code:
-        raise TextmillError(f"torchrun with {n} processes ended with exit status {code} (see the errors above)")
+    torchrun(n, ["-m", "textmill.trainer", *argv])
     return ""  # rank 0 has printed the summary
 
 
 def run(args) -> str:
-    from textmill.trainer.parallel.dims import shutdown
-
     if args.nproc_per_node and world_from_env()[0] == 1:
         return launch(args)
-    if args.fp16 and args.use_distributed_optimizer:
-        raise TextmillError("--fp16 with --use-distributed-optimizer is not supported; use --bf16")
+    if args.fp16 and (args.use_distributed_optimizer or args.tensor_model_parallel_size > 1 or args.pipeline_model_parallel_size > 1):
+        raise TextmillError("--fp16 is supported with plain data parallelism only (its overflow check is per rank); use --bf16")
     started = time.perf_counter()
     try:
         result = Trainer(args).train()
         main = is_writer()
-    finally:
-        shutdown()
+    except BaseException:
+        shutdown(clean=False)
+        raise
+    shutdown()
     if not main:
         return ""
     where = f"; checkpoint {args.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""

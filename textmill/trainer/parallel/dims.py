@@ -7,6 +7,8 @@ then data-parallel, then pipeline stages, so the chattiest group stays inside a 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -21,6 +23,7 @@ class ParallelDims:
     world: int = 1
     tp: int = 1
     pp: int = 1
+    virtual: int = 1  # pipeline stages per pipeline rank (interleaved schedule)
 
     @property
     def dp(self) -> int:
@@ -30,18 +33,40 @@ class ParallelDims:
     def distributed(self) -> bool:
         return self.world > 1
 
-    def check(self, num_layers: int, num_heads: int, global_batch: int, micro_batch: int) -> None:
+    def to_dict(self) -> dict:
+        return {"world": self.world, "dp": self.dp, "tp": self.tp, "pp": self.pp, "virtual": self.virtual}
+
+    def describe(self, args) -> str:
+        parts = [f"data parallel {self.dp}" + (", sharded optimizer" if args.use_distributed_optimizer or (self.dp > 1 and self.world > self.dp) else "")]
+        if self.tp > 1:
+            parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if args.sequence_parallel else ""))
+        if self.pp > 1:
+            parts.append(f"pipeline parallel {self.pp}" + (f" x {self.virtual} virtual stages" if self.virtual > 1 else ""))
+        return ", ".join(parts)
+
+    def check(self, cfg, global_batch: int, micro_batch: int) -> None:
         """One clear error naming the numbers for a layout that cannot work."""
         if self.world % (self.tp * self.pp):
             raise TextmillError(f"world size {self.world} is not divisible by --tensor-model-parallel-size {self.tp} "
                                 f"x --pipeline-model-parallel-size {self.pp}")
-        if num_heads % self.tp:
-            raise TextmillError(f"--num-attention-heads {num_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
-        if num_layers % self.pp:
-            raise TextmillError(f"--num-layers {num_layers} is not divisible by --pipeline-model-parallel-size {self.pp}")
+        if cfg.num_attention_heads % self.tp:
+            raise TextmillError(f"--num-attention-heads {cfg.num_attention_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
+        if cfg.ffn_hidden_size % self.tp:
+            raise TextmillError(f"--ffn-hidden-size {cfg.ffn_hidden_size} is not divisible by --tensor-model-parallel-size {self.tp}")
+        if cfg.vocab_size % self.tp:
+            raise TextmillError(f"the padded vocabulary ({cfg.vocab_size} rows) is not divisible by --tensor-model-parallel-size "
+                                f"{self.tp}; choose --make-vocab-size-divisible-by accordingly")
+        if cfg.num_layers % (self.pp * self.virtual):
+            raise TextmillError(f"--num-layers {cfg.num_layers} is not divisible by --pipeline-model-parallel-size {self.pp}")
         if global_batch % (micro_batch * self.dp):
             raise TextmillError(f"--global-batch-size {global_batch} is not divisible by --micro-batch-size {micro_batch} "
                                 f"x data-parallel size {self.dp}")
+        micro_batches = global_batch // (micro_batch * self.dp)
+        if self.pp > 1 and (micro_batches < self.pp or (self.virtual > 1 and micro_batches % self.pp)):
+            raise TextmillError(f"--pipeline-model-parallel-size {self.pp} needs at least {self.pp} micro-batches per step"
+                                + (" and a multiple of it (interleaved schedule)" if self.virtual > 1 else "")
+                                + f"; --global-batch-size {global_batch} / (--micro-batch-size {micro_batch} x data-parallel "
+                                f"size {self.dp}) gives {micro_batches}")
 
 
 def world_from_env() -> tuple[int, int, int]:
@@ -64,8 +89,18 @@ def build_mesh(dims: ParallelDims, device: torch.device):
     return init_device_mesh(device.type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
 
 
-def shutdown() -> None:
-    """Leave the process group cleanly (a barrier first: gloo can abort at exit without one)."""
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group: after success with a barrier first (gloo can abort at exit without one); after
+    a failure without, since the other ranks may be waiting on this one and will never reach it."""
     if dist.is_initialized():
-        dist.barrier()
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
+
+
+def torchrun(n: int, program: list[str]) -> None:
+    """Run `python PROGRAM...` as n processes on this machine under torchrun (standalone rendezvous)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", *program]
+    code = subprocess.run(cmd).returncode
+    if code:
+        raise TextmillError(f"torchrun with {n} processes ended with exit status {code} (see the errors above)")
