@@ -68,3 +68,25 @@ def train_args(corpus, *extra: str) -> argparse.Namespace:
         "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
         "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
         "--split", "90,10,0", "--no-index-cache", *extra])
+
+
+LLAMA_FLAGS = ("--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+               "--untie-embeddings-and-output-weights", "--disable-bias-linear")
+
+
+def train_checkpoint(corpus, save, *flags):
+    from textmill.trainer.train import Trainer
+
+    Trainer(train_args(corpus, "--train-iters", "20", "--eval-interval", "20", "--save", str(save), *flags)).train()
+    return save
+
+
+@pytest.fixture(scope="session")
+def gpt2_ckpt(corpus, tmp_path_factory):
+    """A GPT-2 model trained 20 iterations on the corpus (its tokenizer copied into ckpt/tokenizer/)."""
+    return train_checkpoint(corpus, tmp_path_factory.mktemp("gpt2") / "ckpt")
+
+
+@pytest.fixture(scope="session")
+def llama_ckpt(corpus, tmp_path_factory):
+    return train_checkpoint(corpus, tmp_path_factory.mktemp("llama") / "ckpt", *LLAMA_FLAGS)

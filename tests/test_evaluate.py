@@ -18,25 +18,6 @@ from textmill.trainer.train import Trainer
 from conftest import SHARED_DATA, run_cli, train_args, write_jsonl
 
 LAMBADA = SHARED_DATA / "lambada_test.jsonl"
-LLAMA_FLAGS = ("--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-               "--untie-embeddings-and-output-weights", "--disable-bias-linear")
-
-
-def train_checkpoint(corpus, save, *flags):
-    Trainer(train_args(corpus, "--train-iters", "20", "--eval-interval", "20", "--save", str(save), *flags)).train()
-    return save
-
-
-@pytest.fixture(scope="module")
-def gpt2_ckpt(corpus, tmp_path_factory):
-    return train_checkpoint(corpus, tmp_path_factory.mktemp("gpt2") / "ckpt")
-
-
-@pytest.fixture(scope="module")
-def llama_ckpt(corpus, tmp_path_factory):
-    return train_checkpoint(corpus, tmp_path_factory.mktemp("llama") / "ckpt", *LLAMA_FLAGS)
-
-
 def held_out_passages(n, seed=11):
     """Passages of 10 to 80 words of generated prose the model was not trained on."""
     rng = random.Random(seed)

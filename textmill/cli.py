@@ -10,6 +10,7 @@
     textmill train --data-path PREFIX --vocab-file F --merge-file F --train-iters N --save DIR
     textmill evaluate lambada --load DIR --valid-data lambada_test.jsonl [--strict-lambada]
     textmill export hf --load DIR --output HF_DIR;  textmill import hf HF_DIR --save DIR
+    textmill serve --load DIR [--port 5000];  textmill generate --url http://127.0.0.1:5000 | --load DIR
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
 Bad input ends with one `textmill: error: ...` line and exit status 2.
@@ -237,6 +238,63 @@ def cmd_checkpoint_convert(args) -> str:
             f"(tensor parallel {r['tp']}, pipeline parallel {r['pp']}, {r['format']}; weights only) [{r['seconds']:.1f}s]")
 
 
+def cmd_serve(args) -> str:
+    import signal
+    import threading
+
+    from textmill.trainer.server import Limits, TextGenerator, make_server
+    from textmill.trainer.train import pick_device
+
+    limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate)
+    generator = TextGenerator(args.load, limits, pick_device(args.device), args.bf16, args.vocab_file, args.merge_file)
+    try:
+        server = make_server(generator, args.host, args.port, args.verbose)
+    except OSError as exc:
+        raise TextmillError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    host, port = server.server_address[:2]
+    info = generator.info
+    print(f"serve: {info['checkpoint']} (iteration {info['iteration']}, {info['parameters']:,} parameters) on "
+          f"http://{host}:{port}  PUT /api, POST /v1/completions, GET /health; Ctrl-C stops", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    started = time.perf_counter()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    stats = server.stats
+    return (f"serve: stopped after {stats['requests']} request(s), {stats['errors']} answered with an error "
+            f"[{time.perf_counter() - started:.1f}s]")
+
+
+def cmd_generate(args) -> str:
+    from textmill.trainer.client import LocalModel, RemoteModel, run_client
+    from textmill.trainer.train import pick_device
+
+    if args.url and args.stop:
+        raise TextmillError("--stop works with --load only (Megatron's API has no stop strings); use --stop-on-eol")
+    if args.url and not args.kv_cache:
+        raise TextmillError("--no-kv-cache works with --load only")
+    if args.url:
+        model = RemoteModel(args.url)
+    else:
+        model = LocalModel(args.load, pick_device(args.device), args.bf16, args.kv_cache, args.vocab_file, args.merge_file)
+    settings = {"tokens_to_generate": args.tokens_to_generate, "temperature": args.temperature,
+                "top_k": 1 if args.greedy else args.top_k, "top_p": args.top_p, "logprobs": args.logprobs,
+                "stop_on_eol": args.stop_on_eol}
+    if args.seed is not None:
+        settings["random_seed"] = args.seed
+    if args.stop:
+        settings["stop"] = args.stop
+    return run_client(model, args.prompt, settings, args.logprobs)
+
+
+class DocstringHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown, and a module docstring used as the description keeps its line breaks."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="textmill",
@@ -418,6 +476,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt-format", choices=["torch", "torch_dist"], default="torch_dist",
                    help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
     p.set_defaults(func=cmd_checkpoint_convert)
+
+    from textmill.trainer import server
+
+    p = sub.add_parser("serve", help="Serve a checkpoint over HTTP with Megatron-LM's text generation API.",
+                       description=server.__doc__, formatter_class=DocstringHelpFormatter)
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint, any layout)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 serves every interface)")
+    p.add_argument("--port", type=int, default=5000, help="port (0: any free port, printed at start)")
+    p.add_argument("--max-prompts", type=int, default=128, help="most prompts in one request")
+    p.add_argument("--max-prompt-tokens", type=int, help="longest prompt in tokens (default: the model's positions)")
+    p.add_argument("--max-tokens-to-generate", type=int, help="most tokens one request may ask for (default: the model's positions)")
+    p.add_argument("--vocab-file", type=Path, help=tokenizer_files)
+    p.add_argument("--merge-file", type=Path, help=tokenizer_files)
+    p.add_argument("--device", default="auto", help="cuda, cpu, or auto")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--verbose", action="store_true", help="log one line per request (method, path, status, seconds) to stderr")
+    p.set_defaults(func=cmd_serve)
+
+    from textmill.trainer import client
+
+    p = sub.add_parser("generate", help="Generate text from a checkpoint, through a server (--url) or locally (--load).",
+                       description=client.__doc__, formatter_class=DocstringHelpFormatter)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="a textmill or Megatron-LM server, e.g. http://127.0.0.1:5000")
+    source.add_argument("--load", type=Path, help="checkpoint directory to generate from on this machine")
+    p.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); without it, ask in a loop")
+    p.add_argument("--tokens-to-generate", type=int, default=64, help="tokens to generate per prompt (with --prompt)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, in (0, 100]")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0: all; 1: greedy)")
+    p.add_argument("--top-p", type=float, default=0.0, help="sample from the smallest set of tokens with this much probability (0: off)")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (same as --top-k 1)")
+    p.add_argument("--seed", type=int, help="random seed of the sampling (default: a fresh one each time)")
+    p.add_argument("--stop", action="append", help="stop when the generated text contains this string (repeatable; --load only)")
+    p.add_argument("--stop-on-eol", action="store_true", help="stop after the first newline")
+    p.add_argument("--logprobs", action="store_true", help="also print each token's log-probability")
+    p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false",
+                   help="recompute the whole prefix for every token (--load only; for comparison)")
+    p.add_argument("--vocab-file", type=Path, help=tokenizer_files)
+    p.add_argument("--merge-file", type=Path, help=tokenizer_files)
+    p.add_argument("--device", default="auto", help="cuda, cpu, or auto (--load)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (--load)")
+    p.set_defaults(func=cmd_generate)
 
     from textmill.demo import add_demo_parser
 

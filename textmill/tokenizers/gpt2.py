@@ -154,6 +154,9 @@ class GPT2Tokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._encoding.decode(ids, errors="replace")
 
+    def decode_bytes(self, ids: list[int]) -> bytes:
+        return self._encoding.decode_bytes(ids)
+
 
 def padded_vocab_size(vocab_size: int, divisible_by: int = 128, tensor_parallel: int = 1) -> int:
     """Megatron's padding: the smallest multiple of divisible_by x tensor_parallel >= vocab_size."""

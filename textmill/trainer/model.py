@@ -102,16 +102,20 @@ class Attention(nn.Module):
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         qkv = self.qkv(x)
         # [B, T, heads_here, 3, head_dim]: heads_here is all heads, or this rank's share under tensor
         # parallelism; T is the whole sequence even when x was a sequence-parallel shard.
         B, T = qkv.shape[:2]
         qkv = qkv.view(B, T, -1, 3, self.cfg.head_dim)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
+        start = cache.length if cache is not None else 0  # position of x's first token
         if rope is not None:
-            cos, sin = rope[0][:T], rope[1][:T]
+            cos, sin = rope[0][start : start + T], rope[1][start : start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)
         if self.recompute and self.training:
             y = checkpoint(self.core, q, k, v, use_reentrant=False)
         else:
@@ -119,8 +123,42 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of queries at the last q.shape[2] of k.shape[2] positions (all of them, except
+        when a key/value cache holds the earlier ones)."""
         dropout = self.cfg.attention_dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        T, S = q.shape[2], k.shape[2]
+        if T == S:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        # The causal mask of the last T rows: SDPA's is_causal aligns the diagonal top-left, which is only
+        # right for T == S. One new token (T == 1) sees every key and needs no mask.
+        mask = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+class KVCache:
+    """The keys and values of every position a model has read so far, per layer, for generation: each new
+    token then costs the forward pass of one position instead of the whole prefix's.
+
+    Buffers are made on first use at [batch, heads, max_length, head_dim] and filled left to right;
+    GPT.forward advances `length` after each call."""
+
+    def __init__(self, max_length: int):
+        self.max_length, self.length = max_length, 0
+        self.layers: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def extend(self, layer: str, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [B, heads, T, head_dim] at the next T positions; return the keys and values of every
+        position up to and including them."""
+        end = self.length + k.shape[2]
+        if end > self.max_length:
+            raise ValueError(f"the cache holds {self.max_length} positions; {end} were asked for")
+        if layer not in self.layers:
+            shape = (k.shape[0], k.shape[1], self.max_length, k.shape[3])
+            self.layers[layer] = (k.new_empty(shape), v.new_empty(shape))
+        keys, values = self.layers[layer]
+        keys[:, :, self.length : end] = k
+        values[:, :, self.length : end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
 
 class MLP(nn.Module):
@@ -149,8 +187,9 @@ class Block(nn.Module):
         self.norm2, self.mlp = make_norm(cfg), MLP(cfg)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
-        x = x + self.dropout(self.attn(self.norm1(x), rope))
+    def forward(self, x: torch.Tensor, rope=None, cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
+        # cache and layer by keyword: tensor parallelism's input plans cover the positional inputs
+        x = x + self.dropout(self.attn(self.norm1(x), rope, cache=cache, layer=layer))
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
@@ -196,16 +235,22 @@ class GPT(nn.Module):
         return self.wte.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
-                loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+                loss_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """Logits [B, T, padded vocab] for token ids [B, T]; with labels [B, T], the mean cross-entropy
-        instead (computed without materialising the logits: see LanguageModelLoss).
+        instead (computed without materialising the logits: see LanguageModelLoss). With a key/value
+        cache, `tokens` continue the sequence the cache holds, and the cache grows by T positions.
 
         A pipeline stage holds only some of the parts: after the first stage `tokens` are the previous
         stage's hidden states, and a stage before the last returns its hidden states."""
-        x = self.embed(tokens) if self.embeds else tokens
+        x = self.embed(tokens, cache.length if cache is not None else 0) if self.embeds else tokens
         rope = (self.rope_cos, self.rope_sin) if self.cfg.position_embedding == "rope" else None
-        for block in self.blocks.values():
-            x = checkpoint(block, x, rope, use_reentrant=False) if self.recompute_blocks and self.training else block(x, rope)
+        for name, block in self.blocks.items():
+            if self.recompute_blocks and self.training:
+                x = checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope, cache=cache, layer=name)
+        if cache is not None:
+            cache.length += tokens.shape[1]
         if self.norm_f is None:
             return x
         x = self.norm_f(x)
@@ -213,13 +258,13 @@ class GPT(nn.Module):
             return language_model_loss(x, self.output_weight(), labels, loss_mask)
         return output_logits(x, self.output_weight())
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        T = tokens.shape[1]
-        if T > self.cfg.max_position_embeddings:
-            raise ValueError(f"sequence of {T} tokens is longer than the {self.cfg.max_position_embeddings} positions")
+    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        end = start + tokens.shape[1]
+        if end > self.cfg.max_position_embeddings:
+            raise ValueError(f"sequence of {end} tokens is longer than the {self.cfg.max_position_embeddings} positions")
         x = self.wte(tokens)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=tokens.device))
+            x = x + self.wpe(torch.arange(start, end, device=tokens.device))
         return self.drop(x)
 
     def num_parameters(self) -> int:

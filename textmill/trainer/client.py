@@ -1,0 +1,111 @@
+"""`textmill generate`: try a model from the command line, through a server (`--url`, Megatron's `PUT /api`,
+so it also talks to Megatron-LM's own server) or on this machine (`--load`).
+
+With --prompt it answers those prompts and exits; without, it asks for a prompt and a token count in a
+loop, as Megatron's tools/text_generation_cli.py does (an empty prompt or end of input stops it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from textmill.errors import TextmillError
+
+
+def put_api(url: str, request: dict, timeout: float = 600.0) -> dict:
+    """Send one Megatron API request; the server's message becomes the error on anything but HTTP 200."""
+    req = urllib.request.Request(url.rstrip("/") + "/api", data=json.dumps(request).encode(), method="PUT",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode(errors="replace")
+        try:
+            message = json.loads(text)
+            message = message.get("message", message) if isinstance(message, dict) else message
+        except ValueError:
+            message = text
+        raise TextmillError(f"{url}: HTTP {exc.code}: {message}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise TextmillError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+    if isinstance(body, str):  # Megatron's server answers some errors with HTTP 200 and a bare string
+        raise TextmillError(f"{url}: {body}")
+    return body
+
+
+class RemoteModel:
+    def __init__(self, url: str):
+        self.url = url
+
+    def __call__(self, prompts: list[str], settings: dict) -> list[dict]:
+        body = put_api(self.url, {"prompts": prompts, **settings})
+        logprobs = body.get("logprobs") or [None] * len(prompts)
+        return [{"text": t, "segments": s, "logprobs": lp} for t, s, lp in zip(body["text"], body["segments"], logprobs)]
+
+
+class LocalModel:
+    def __init__(self, load, device: str, bf16: bool, use_cache: bool, vocab_file=None, merge_file=None):
+        from textmill.trainer.server import Limits, TextGenerator
+
+        self.generator = TextGenerator(load, Limits(), device, bf16, vocab_file, merge_file)
+        self.use_cache = use_cache
+
+    def __call__(self, prompts: list[str], settings: dict) -> list[dict]:
+        from textmill.trainer.server import BadRequest, parse_api_request
+
+        stop = settings.pop("stop", ())
+        g = self.generator
+        try:
+            prompts, add_bos, params = parse_api_request({"prompts": prompts, **settings}, g.limits)
+            params.stop, params.use_cache = tuple(stop), self.use_cache
+            generations = g(g.tokenize(prompts, add_bos, params), params)
+        except BadRequest as exc:
+            raise TextmillError(str(exc)) from None
+        response, out = g.api_response(generations, False), []
+        for gen, text, segments in zip(generations, response["text"], response["segments"]):
+            if gen.stop_at is not None:  # cut before the stop string
+                text = g.tokenizer.decode(gen.tokens[: gen.prompt_length]) + g.tokenizer.decode(gen.generated)[: gen.stop_at]
+            out.append({"text": text, "segments": segments, "logprobs": gen.logprobs})
+        return out
+
+
+def show(result: dict, logprobs: bool) -> str:
+    lines = [result["text"]]
+    if logprobs and result["logprobs"] is not None:
+        pairs = zip(result["segments"][1:], result["logprobs"])
+        lines.append("  logprobs: " + " ".join(f"{s!r}:{lp:.2f}" for s, lp in pairs))
+    return "\n".join(lines)
+
+
+def run_client(model, prompts: list[str] | None, settings: dict, logprobs: bool, ask=input) -> str:
+    """Answer `prompts`, or ask for prompts in a loop; the closing summary line."""
+    started, answered, tokens = time.perf_counter(), 0, 0
+    if prompts:
+        for result in model(prompts, dict(settings)):
+            print(show(result, logprobs), flush=True)
+            answered, tokens = answered + 1, tokens + len(result["segments"])
+    else:
+        while True:
+            try:
+                prompt = ask("Enter prompt: ")
+                if not prompt:
+                    break
+                count = ask("Enter number of tokens to generate: ")
+            except EOFError:
+                break
+            if not count.strip().isdigit():
+                print("the number of tokens must be a whole number", flush=True)
+                continue
+            try:
+                [result] = model([prompt], {**settings, "tokens_to_generate": int(count)})
+            except TextmillError as exc:
+                print(f"error: {exc}", flush=True)
+                continue
+            print(f"Response: {show(result, logprobs)}", flush=True)
+            answered, tokens = answered + 1, tokens + len(result["segments"])
+    seconds = time.perf_counter() - started
+    return f"generate: {answered} prompt(s) answered, {tokens} tokens of text [{seconds:.1f}s]"
