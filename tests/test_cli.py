@@ -15,7 +15,7 @@ from textmill.pipeline.shards import list_shards
 from conftest import run_cli, write_jsonl
 
 COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
-            "merge-datasets", "train", "serve", "generate", "demo"]
+            "merge-datasets", "train", "run", "status", "serve", "generate", "demo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -291,6 +291,46 @@ def cmd_generate(args) -> str:
     return run_client(model, args.prompt, settings, args.logprobs)
 
 
+def cmd_run(args) -> str:
+    from textmill.config import EXAMPLE, load_config
+    from textmill.workflows.runner import run_workflow
+    from textmill.workflows.tasks import MergeDataset
+
+    if args.example_config:
+        return EXAMPLE.rstrip()
+    if args.config is None:
+        raise TextmillError("give the run's TOML file (textmill run --example-config prints a documented one)")
+    load_config(args.config)  # a bad config is one error line before Luigi starts
+    started = time.perf_counter()
+    ok, summary = run_workflow(args.config, args.workers, args.scheduler_url)
+    if not ok:
+        print(summary, file=sys.stderr)
+        print(f"textmill run: failed after {time.perf_counter() - started:.1f}s; `textmill run` again redoes only what "
+              "is not finished", file=sys.stderr)
+        raise SystemExit(1)
+    import json
+
+    merged = json.loads(MergeDataset(str(Path(args.config).resolve())).done_file().read_text())
+    return (f"textmill run: done: {merged['documents']:,} documents, {merged['tokens']:,} tokens -> "
+            f"{merged['dataset']}.bin/.idx [{time.perf_counter() - started:.1f}s]")
+
+
+def cmd_status(args) -> str:
+    from collections import Counter
+
+    from textmill.config import load_config
+    from textmill.workflows.runner import task_states
+
+    load_config(args.config)
+    states = task_states(args.config)
+    for s in states:
+        if args.all or s["state"] != "done":
+            print(f"{s['state']:<8} {s['task']}" + (f"  {s['reason']}" if s["reason"] else ""))
+    counts = Counter(s["state"] for s in states)
+    return (f"status: {len(states)} task(s): {counts['done']} done, {counts['pending']} pending, {counts['failed']} failed"
+            + ("" if args.all else " (--all lists the done ones too)"))
+
+
 class DocstringHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Defaults shown, and a module docstring used as the description keeps its line breaks."""
 
@@ -476,6 +516,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt-format", choices=["torch", "torch_dist"], default="torch_dist",
                    help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
     p.set_defaults(func=cmd_checkpoint_convert)
+
+    from textmill import config
+
+    p = sub.add_parser("run", help="Run the whole graph a TOML file describes, redoing only what is not finished.",
+                       description=config.__doc__, formatter_class=DocstringHelpFormatter)
+    p.add_argument("config", type=Path, nargs="?", help="the run's TOML file")
+    p.add_argument("--workers", type=int, default=1, help="tasks run at once by this process (Luigi workers)")
+    p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
+                   "(default: a local scheduler in this process)")
+    p.add_argument("--example-config", action="store_true", help="print a TOML file documenting every field, and exit")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="List the tasks of a run: done, pending, or failed with the last failure's reason.",
+                       description="List every task of the run a TOML file describes that is not done (all of them "
+                       "with --all), and for a failed one the error of its last failure. Reads the work folder only.",
+                       formatter_class=fmt)
+    p.add_argument("config", type=Path, help="the run's TOML file")
+    p.add_argument("--all", action="store_true", help="list the done tasks too")
+    p.set_defaults(func=cmd_status)
 
     from textmill.trainer import server
 

@@ -31,6 +31,7 @@ import torch
 from textmill.trainer.generate import Generation, SamplingParams, TokenText, generate
 
 MAX_BODY_BYTES = 1 << 20
+MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
 
 
 class BadRequest(ValueError):
@@ -332,6 +333,10 @@ class Handler(BaseHTTPRequestHandler):
         if length is None or not length.isdigit():
             raise BadRequest("a Content-Length header is required")
         if int(length) > MAX_BODY_BYTES:
+            # Read what a reasonable client sends before answering, so it sees the 400 and not a broken pipe.
+            left = int(length) if int(length) <= MAX_DRAIN_BYTES else 0
+            while left > 0:
+                left -= len(self.rfile.read(min(left, 1 << 16))) or left
             raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
         body = self.rfile.read(int(length))
         try:

@@ -1,0 +1,204 @@
+"""The run configuration: one TOML file describes a run from URL lists to an evaluated model.
+
+Every field, its default and what it does is in EXAMPLE below (`textmill run --example-config` prints
+it). Relative paths are relative to the TOML file's folder. Unknown sections or fields, and values of
+the wrong type, are errors naming the field.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from textmill.errors import TextmillError
+from textmill.pipeline.clean import CleanConfig
+from textmill.pipeline.decontaminate import DecontaminateConfig
+from textmill.pipeline.dedup import DedupConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+EXAMPLE = """\
+# A textmill run: `textmill run run.toml`. Relative paths are relative to this file.
+
+[run]
+work_dir = "work"            # every stage's output, keyed by the settings that made it
+urls = ["urls"]              # URL list files (.txt, .gz, .bz2, .xz) or folders of them; one shard per file
+seed = 1234                  # seed of the shuffle (and of the trainer unless [train] sets one)
+
+[blacklist]
+domain_blacklist = []        # extra files of blacklisted domains, one a line (added to the bundled list)
+extension_blacklist = []     # extra files of blacklisted file extensions
+
+[scrape]
+concurrency = 32             # URLs fetched at once per shard (does not change the output)
+extract_workers = 2          # newspaper3k processes (does not change the output)
+timeout_s = 30.0             # hard wall-clock limit per URL
+max_bytes = 5242880          # largest page accepted
+max_redirects = 5
+allow_private_addresses = false  # fetch from private/loopback addresses (the demo's local web needs true)
+keep_html = false            # keep the raw HTML beside each shard
+
+[dedup]
+shingle_size = 5             # n of the shingles
+unit = "word"                # "word" n-grams, or "char" (Megatron's find_duplicates.py)
+num_perm = 128               # MinHash permutations
+bands = 16                   # LSH bands (num_perm must divide by it)
+threshold = 0.7              # estimated Jaccard at or above which two documents are duplicates
+seed = 1                     # MinHash seed
+
+[clean]
+language = "en"              # keep documents langdetect (seeded) calls this language
+min_tokens = 128             # drop documents shorter than this (GPT-2 pieces + 1; BPE tokens with a vocabulary)
+langdetect_chars = 4000      # characters of each document langdetect reads
+seed = 0                     # langdetect seed
+
+[shuffle]
+num_shards = 4               # shards after the global shuffle (and token files before the merge)
+
+[decontaminate]
+eval_files = []              # JSON-lines evaluation sets ({"text": ...}) whose 13-grams are cut from the corpus
+max_ngram = 13
+min_ngram = 8
+cut_chars = 200
+min_fragment_chars = 200
+max_pieces = 10
+key_threshold = 10
+
+[tokenize]
+vocab_file = ""              # GPT-2 vocab.json; empty: train a byte-level BPE on the corpus
+merge_file = ""              # GPT-2 merges.txt (with vocab_file)
+vocab_size = 50257           # size of the trained BPE (when no vocab_file)
+append_eod = true            # end every document with <|endoftext|>
+"""
+
+
+@dataclass(frozen=True)
+class RunSection:
+    work_dir: Path = Path("work")
+    urls: tuple[Path, ...] = (Path("urls"),)
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class BlacklistSection:
+    domain_blacklist: tuple[Path, ...] = ()
+    extension_blacklist: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScrapeSection:
+    concurrency: int = 32
+    extract_workers: int = 2
+    timeout_s: float = 30.0
+    max_bytes: int = 5 * 1024 * 1024
+    max_redirects: int = 5
+    allow_private_addresses: bool = False
+    keep_html: bool = False
+
+
+@dataclass(frozen=True)
+class ShuffleSection:
+    num_shards: int = 4
+
+
+@dataclass(frozen=True)
+class DecontaminateSection(DecontaminateConfig):
+    eval_files: tuple[Path, ...] = ()
+
+    def params(self) -> dict:
+        """The n-gram settings; the evaluation files are inputs, fingerprinted by the stage."""
+        return {k: v for k, v in super().params().items() if k != "eval_files"}
+
+
+@dataclass(frozen=True)
+class TokenizeSection:
+    vocab_file: Path | None = None
+    merge_file: Path | None = None
+    vocab_size: int = 50257
+    append_eod: bool = True
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    path: Path
+    run: RunSection = field(default_factory=RunSection)
+    blacklist: BlacklistSection = field(default_factory=BlacklistSection)
+    scrape: ScrapeSection = field(default_factory=ScrapeSection)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    clean: CleanConfig = field(default_factory=CleanConfig)
+    shuffle: ShuffleSection = field(default_factory=ShuffleSection)
+    decontaminate: DecontaminateSection = field(default_factory=DecontaminateSection)
+    tokenize: TokenizeSection = field(default_factory=TokenizeSection)
+
+
+def section_values(name: str, cls, raw: dict, base: Path):
+    """An instance of the section dataclass `cls` from its TOML table, each value checked against the
+    type of the field's default; paths made absolute against `base`."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise TextmillError(f"[{name}] has no field {unknown[0]!r} (fields: {', '.join(known)})")
+    values = {}
+    for key, value in raw.items():
+        default = known[key].default
+        where = f"[{name}] {key}"
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TextmillError(f"{where} must be a list of paths")
+            value = tuple(resolve(v, base) for v in value)
+        elif isinstance(default, Path) or key in ("vocab_file", "merge_file"):
+            if not isinstance(value, str):
+                raise TextmillError(f"{where} must be a path (a string)")
+            value = resolve(value, base) if value else None
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise TextmillError(f"{where} must be true or false")
+        elif isinstance(default, float):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TextmillError(f"{where} must be a number")
+            value = float(value)
+        elif isinstance(default, int):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TextmillError(f"{where} must be a whole number")
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise TextmillError(f"{where} must be a string")
+        values[key] = value
+    return cls(**values)
+
+
+def resolve(value: str, base: Path) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path).resolve()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TextmillError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TextmillError(f"{path}: not valid TOML ({exc})") from None
+    sections = {f.name: f.default_factory for f in fields(RunConfig) if f.name != "path"}
+    unknown = sorted(set(raw) - set(sections))
+    if unknown:
+        raise TextmillError(f"{path}: no section [{unknown[0]}] (sections: {', '.join(sections)})")
+    values = {}
+    for name, factory in sections.items():
+        table = raw.get(name, {})
+        if not isinstance(table, dict):
+            raise TextmillError(f"{path}: {name} must be a [{name}] table")
+        try:
+            values[name] = section_values(name, type(factory()), table, path.parent)
+        except TextmillError as exc:  # the section's own checks (DedupConfig's) name no file
+            raise TextmillError(f"{path}: {exc}") from None
+    cfg = RunConfig(path=path, **values)
+    if cfg.shuffle.num_shards < 1:
+        raise TextmillError(f"{path}: [shuffle] num_shards must be at least 1")
+    if bool(cfg.tokenize.vocab_file) != bool(cfg.tokenize.merge_file):
+        raise TextmillError(f"{path}: [tokenize] vocab_file and merge_file go together")
+    return cfg

@@ -1,0 +1,385 @@
+"""The Luigi graph of a run: thin tasks over textmill.pipeline and textmill.tokenizers.
+
+Every task takes the run's TOML file (`config`) and, for map stages, a shard number. Its output folder is
+named by a key: a hash of the settings that change its output and of its inputs' keys, so changing a
+cleanup setting gives cleanup and everything after it new folders (they run again) while the folders
+before it are found complete. A shard task is complete when its manifest exists (written last); a
+global task when its `task.json` does.
+
+    BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
+      -> Shuffle -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
+
+A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does), so
+BlacklistShard(i) waits for BlacklistShard(i - 1) and its key covers the files up to i: a list file added
+at the end leaves every earlier shard, its scrape and its MinHash signatures as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import luigi
+
+from textmill.config import RunConfig, load_config
+from textmill.pipeline.shards import file_fingerprint, manifest_path, write_json
+
+TASK_FILE = "task.json"
+
+
+def run_config(config: str) -> RunConfig:
+    """The run's configuration, read again only when the file changes."""
+    path = Path(config).resolve()
+    return cached_config(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def cached_config(path: str, stamp: int) -> RunConfig:
+    return load_config(path)
+
+
+def key_of(*parts) -> str:
+    """A short stable hash of JSON-able parts."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def url_files(cfg: RunConfig) -> list[Path]:
+    from textmill.pipeline.blacklist import url_list_files
+
+    return url_list_files(cfg.run.urls)
+
+
+class RunTask(luigi.Task):
+    """A task of the run described by `config` (a TOML file)."""
+
+    config = luigi.Parameter(description="the run's TOML file")
+    retry_count = 2  # a failed task is retried at most twice in one run (bounded, for unattended runs)
+
+    @property
+    def cfg(self) -> RunConfig:
+        return run_config(self.config)
+
+    @property
+    def work(self) -> Path:
+        return self.cfg.run.work_dir
+
+    def key(self) -> str:
+        raise NotImplementedError
+
+    def folder(self) -> Path:
+        return self.work / self.stage / self.key()
+
+    def output(self):
+        return luigi.LocalTarget(str(self.done_file()))
+
+    def done_file(self) -> Path:
+        return self.folder() / TASK_FILE
+
+    def finish(self, **result) -> None:
+        write_json({"task": self.task_id, "key": self.key(), **result}, self.done_file())
+
+
+class ShardTask(RunTask):
+    shard = luigi.IntParameter(description="shard number (position of the URL list file, in sorted order)")
+
+    def name(self) -> str:
+        from textmill.pipeline.blacklist import url_list_shard_name
+
+        return url_list_shard_name(url_files(self.cfg)[self.shard])
+
+    def shard_file(self) -> Path:
+        return self.folder() / f"{self.name()}.parquet"
+
+    def done_file(self) -> Path:
+        return manifest_path(self.shard_file())
+
+
+def num_url_files(cfg: RunConfig) -> int:
+    return len(url_files(cfg))
+
+
+# -- corpus stages ---------------------------------------------------------------------------------------
+class BlacklistShard(ShardTask):
+    stage = "1-blacklist"
+
+    def rules(self):
+        from textmill.pipeline.blacklist import UrlRules
+
+        return UrlRules.with_extra(self.cfg.blacklist.domain_blacklist, self.cfg.blacklist.extension_blacklist)
+
+    def key(self) -> str:
+        files = [file_fingerprint(p) for p in url_files(self.cfg)[: self.shard + 1]]
+        return key_of("blacklist", [(Path(f["path"]).name, f["sha256"]) for f in files], self.rules().params())
+
+    def requires(self):
+        return [BlacklistShard(self.config, self.shard - 1)] if self.shard > 0 else []
+
+    def run(self):
+        from textmill.pipeline.blacklist import blacklist_file
+        from textmill.pipeline.shards import read_rows
+
+        seen = {row["id"] for i in range(self.shard)
+                for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
+        blacklist_file(url_files(self.cfg)[self.shard], self.shard_file(), self.rules(), seen)
+
+
+class ScrapeShard(ShardTask):
+    stage = "2-scrape"
+
+    def scrape_config(self):
+        from textmill.pipeline.scrape import ScrapeConfig
+
+        s = self.cfg.scrape
+        return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, max_bytes=s.max_bytes,
+                            max_redirects=s.max_redirects, allow_private=s.allow_private_addresses, keep_html=s.keep_html)
+
+    def key(self) -> str:
+        significant = {k: v for k, v in self.scrape_config().params().items() if k != "concurrency"}
+        return key_of(BlacklistShard(self.config, self.shard).key(), significant)
+
+    def requires(self):
+        return BlacklistShard(self.config, self.shard)
+
+    def run(self):
+        from textmill.pipeline.scrape import scrape_shards
+
+        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.scrape_config(),
+                      self.cfg.scrape.extract_workers)
+
+
+class SignatureShard(ShardTask):
+    """MinHash signatures of one scraped shard; kept as long as the shard and the MinHash settings are."""
+
+    stage = "3-minhash"
+
+    def key(self) -> str:
+        return key_of(ScrapeShard(self.config, self.shard).key(), self.cfg.dedup.signature_params())
+
+    def requires(self):
+        return ScrapeShard(self.config, self.shard)
+
+    def done_file(self) -> Path:
+        return self.folder() / f"{self.name()}.minhash.parquet"
+
+    def run(self):
+        from textmill.pipeline.dedup import signature_shard
+
+        signature_shard(ScrapeShard(self.config, self.shard).shard_file(), self.done_file(), self.cfg.dedup)
+
+
+class DedupClusters(RunTask):
+    """Near-duplicate clusters over the whole corpus, from every shard's signatures."""
+
+    stage = "3-dedup"
+
+    def key(self) -> str:
+        shards = [ScrapeShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
+        return key_of(shards, self.cfg.dedup.params())
+
+    def requires(self):
+        return [SignatureShard(self.config, i) for i in range(num_url_files(self.cfg))]
+
+    def clusters_file(self) -> Path:
+        return self.folder() / "clusters.json"
+
+    def run(self):
+        from textmill.pipeline.dedup import find_clusters
+
+        clusters = find_clusters([Path(t.path) for t in self.input()], self.cfg.dedup)
+        write_json(clusters, self.clusters_file())
+        self.finish(**{k: v for k, v in clusters.items() if k != "duplicates"})
+
+
+class DedupShard(ShardTask):
+    stage = "3-dedup"
+
+    def key(self) -> str:
+        return DedupClusters(self.config).key()
+
+    def requires(self):
+        return [DedupClusters(self.config), ScrapeShard(self.config, self.shard)]
+
+    def run(self):
+        from textmill.pipeline.dedup import filter_shard
+
+        duplicates = json.loads(DedupClusters(self.config).clusters_file().read_text())["duplicates"]
+        scraped = ScrapeShard(self.config, self.shard).shard_file()
+        filter_shard(scraped, self.shard_file(), duplicates, self.cfg.dedup, [scraped])
+
+
+def given_tokenizer(cfg: RunConfig):
+    from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+    t = cfg.tokenize
+    return GPT2Tokenizer(t.vocab_file, t.merge_file) if t.vocab_file else None
+
+
+class CleanShard(ShardTask):
+    stage = "4-clean"
+
+    def key(self) -> str:
+        t = given_tokenizer(self.cfg)
+        counted_by = [file_fingerprint(p)["sha256"] for p in t.files] if t else "approx"
+        return key_of(DedupShard(self.config, self.shard).key(), self.cfg.clean.params(), counted_by)
+
+    def requires(self):
+        return DedupShard(self.config, self.shard)
+
+    def run(self):
+        from textmill.pipeline.clean import clean_shard
+
+        clean_shard(DedupShard(self.config, self.shard).shard_file(), self.shard_file(), self.cfg.clean,
+                    given_tokenizer(self.cfg))
+
+
+class Shuffle(RunTask):
+    stage = "5-shuffle"
+
+    def key(self) -> str:
+        shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
+        return key_of(shards, self.cfg.shuffle.num_shards, self.cfg.run.seed)
+
+    def requires(self):
+        return [CleanShard(self.config, i) for i in range(num_url_files(self.cfg))]
+
+    def shards(self) -> list[Path]:
+        return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.cfg.shuffle.num_shards)]
+
+    def run(self):
+        from textmill.pipeline.shuffle import shuffle_shards
+
+        inputs = [CleanShard(self.config, i).shard_file() for i in range(num_url_files(self.cfg))]
+        manifests = shuffle_shards(inputs, self.folder(), self.cfg.shuffle.num_shards, self.cfg.run.seed)
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
+
+
+class Decontaminate(RunTask):
+    stage = "6-decontaminate"
+
+    def key(self) -> str:
+        evals = [file_fingerprint(p)["sha256"] for p in self.cfg.decontaminate.eval_files]
+        return key_of(Shuffle(self.config).key(), evals, self.cfg.decontaminate.params())
+
+    def requires(self):
+        return Shuffle(self.config)
+
+    def shards(self) -> list[Path]:
+        return [self.folder() / p.name for p in Shuffle(self.config).shards()]
+
+    def run(self):
+        from textmill.pipeline.decontaminate import decontaminate_shards
+
+        manifests, info = decontaminate_shards(Shuffle(self.config).shards(), self.folder(),
+                                               list(self.cfg.decontaminate.eval_files), self.cfg.decontaminate)
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **info)
+
+
+def documents(config: str) -> Shuffle | Decontaminate:
+    """The task whose shards are the finished documents: Decontaminate, or Shuffle when the run names no
+    evaluation sets to decontaminate against."""
+    return Decontaminate(config) if run_config(config).decontaminate.eval_files else Shuffle(config)
+
+
+class TrainTokenizer(RunTask):
+    """A byte-level BPE trained on the finished corpus, when the config names no vocabulary."""
+
+    stage = "7-tokenizer"
+
+    def key(self) -> str:
+        return key_of(documents(self.config).key(), self.cfg.tokenize.vocab_size)
+
+    def requires(self):
+        return documents(self.config)
+
+    def prefix(self) -> Path:
+        return self.folder() / "bpe"
+
+    def run(self):
+        from textmill.tokenizers.train import train_bpe_on_files
+
+        tokenizer = train_bpe_on_files(documents(self.config).shards(), ("text",), self.cfg.tokenize.vocab_size,
+                                       self.prefix())
+        self.finish(vocab_size=tokenizer.vocab_size, vocab_file=str(tokenizer.files[0]), merge_file=str(tokenizer.files[1]))
+
+
+def tokenizer_files(config: str, cfg: RunConfig) -> tuple[Path, Path]:
+    if cfg.tokenize.vocab_file:
+        return cfg.tokenize.vocab_file, cfg.tokenize.merge_file
+    prefix = TrainTokenizer(config).prefix()
+    return Path(f"{prefix}-vocab.json"), Path(f"{prefix}-merges.txt")
+
+
+def tokenizer_key(config: str, cfg: RunConfig) -> str:
+    if cfg.tokenize.vocab_file:
+        return key_of([file_fingerprint(p)["sha256"] for p in (cfg.tokenize.vocab_file, cfg.tokenize.merge_file)])
+    return TrainTokenizer(config).key()
+
+
+class TokenizeShard(RunTask):
+    stage = "8-tokenize"
+    part = luigi.IntParameter(description="shard number after the shuffle")
+
+    def key(self) -> str:
+        return key_of(documents(self.config).key(), tokenizer_key(self.config, self.cfg), self.cfg.tokenize.append_eod)
+
+    def requires(self):
+        return [documents(self.config)] + ([] if self.cfg.tokenize.vocab_file else [TrainTokenizer(self.config)])
+
+    def prefix(self) -> Path:
+        return self.folder() / f"part-{self.part:05d}"
+
+    def dataset(self) -> Path:
+        from textmill.tokenizers.preprocess import dataset_prefix
+
+        return dataset_prefix(self.prefix(), "text")
+
+    def done_file(self) -> Path:
+        from textmill.tokenizers.preprocess import manifest_file
+
+        return manifest_file(self.prefix())
+
+    def run(self):
+        from textmill.tokenizers.gpt2 import GPT2Tokenizer
+        from textmill.tokenizers.preprocess import TokenizeConfig, tokenize_files
+
+        tokenizer = GPT2Tokenizer(*tokenizer_files(self.config, self.cfg))
+        tokenize_files([documents(self.config).shards()[self.part]], self.prefix(), tokenizer,
+                       TokenizeConfig(append_eod=self.cfg.tokenize.append_eod, workers=1), progress=False)
+
+
+class MergeDataset(RunTask):
+    """The token files of every shard concatenated in shard order: the training set (Megatron's
+    tools/merge_datasets.py)."""
+
+    stage = "9-dataset"
+
+    def key(self) -> str:
+        return TokenizeShard(self.config, 0).key()
+
+    def requires(self):
+        return [TokenizeShard(self.config, j) for j in range(self.cfg.shuffle.num_shards)]
+
+    def dataset(self) -> Path:
+        return self.folder() / "corpus_text_document"
+
+    def run(self):
+        from textmill.tokenizers.indexed import merge_datasets
+
+        started = time.perf_counter()
+        merged = merge_datasets([t.dataset() for t in self.requires()], self.dataset())
+        vocab, merges = tokenizer_files(self.config, self.cfg)
+        self.finish(dataset=str(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
+                    vocab_file=str(vocab), merge_file=str(merges), seconds=time.perf_counter() - started)
+
+
+class Corpus(luigi.WrapperTask):
+    """Everything up to the merged token files."""
+
+    config = luigi.Parameter(description="the run's TOML file")
+
+    def requires(self):
+        return MergeDataset(self.config)
