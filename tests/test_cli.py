@@ -67,15 +67,26 @@ def test_killed_stage_leaves_nothing_finished_and_rerun_gives_same_bytes(tmp_pat
 
 
 @pytest.mark.slow
-def test_demo_runs_the_whole_funnel(tmp_path):
-    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), "--pages", "60", "--num-shards", "2")
-    assert r.returncode == 0, r.stderr
+def test_demo_runs_the_whole_chain(tmp_path):
+    from conftest import SHARED_DATA
+    from textmill.tokenizers.indexed import IndexedDataset
+
+    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), "--pages", "60", "--num-shards", "2", "--train-iters", "20",
+                "--lambada", str(SHARED_DATA / "lambada_test.jsonl"))
+    assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     for stage in ("blacklist:", "scrape:", "dedup:", "clean:", "shuffle:", "decontaminate:"):
         assert stage in out
     assert "near_duplicate_of" in out and "language=" in out and "timeout 2" in out
     assert "3 document(s) touched" in out
-    from textmill.tokenizers.indexed import IndexedDataset
-
-    documents = int(re.search(r"tokenize: \d+ file\(s\), (\d+) documents in", out).group(1))
-    assert IndexedDataset(tmp_path / "demo" / "7-tokenize" / "demo_text_document").num_documents == documents
+    documents, dataset = re.search(r"tokenize: ([\d,]+) documents, [\d,]+ tokens -> (\S+)\.bin/\.idx", out).groups()
+    assert IndexedDataset(dataset).num_documents == int(documents.replace(",", ""))
+    assert re.search(r"train: tiny GPT, 20 iterations on CPU, validation loss [\d.]+", out)
+    assert re.search(r"evaluate: cloze set \(held-out generated text\): strict last-word accuracy [\d.]+% \(\d+/100\)", out)
+    assert re.search(r"evaluate: lambada_test.jsonl: strict last-word accuracy [\d.]+% \(\d+/5153\)", out)
+    assert "export: Hugging Face gpt2 model ->" in out
+    sample = out.split("a sample (top-p 0.9, seed 1):\n")[1].splitlines()[0]
+    assert sample.startswith("The old sailor") and len(sample) > len("The old sailor") + 20
+    # The run is a plain `textmill run` config: again, it finds everything done.
+    again = run_cli("run", str(tmp_path / "demo" / "run.toml"))
+    assert again.returncode == 0 and "textmill run: done:" in again.stdout

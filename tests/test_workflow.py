@@ -36,6 +36,20 @@ num_shards = 2
 eval_files = ["eval.jsonl"]
 [tokenize]
 vocab_size = {vocab_size}
+[train]
+enabled = {train}
+model_preset = "tiny"
+seq_length = 64
+micro_batch_size = 4
+global_batch_size = 8
+train_iters = {train_iters}
+lr = 0.003
+lr_warmup_iters = 2
+eval_interval = 10
+eval_iters = 2
+split = "90,10,0"
+[evaluate]
+lambada = ["eval.jsonl"]
 """
 
 STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "4-clean", "5-shuffle", "6-decontaminate", "7-tokenizer",
@@ -52,7 +66,7 @@ def site():
         yield web, server
 
 
-def make_run(root: Path, site, work="work", min_tokens=32, vocab_size=600, files=3) -> Path:
+def make_run(root: Path, site, work="work", min_tokens=32, vocab_size=600, files=3, train="false", train_iters=20) -> Path:
     """URL lists split into `files` files under root/urls, and root/run.toml."""
     web, server = site
     urls = synthweb.url_list(web, server)
@@ -62,7 +76,7 @@ def make_run(root: Path, site, work="work", min_tokens=32, vocab_size=600, files
         (root / "urls" / f"RS_{k}.txt").write_text("\n".join(urls[k * size : (k + 1) * size]) + "\n")
     # The evaluation set, planted in the web, which decontamination cuts out.
     (root / "eval.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in EVAL_PASSAGES))
-    return write_config(root, work=work, min_tokens=min_tokens, vocab_size=vocab_size)
+    return write_config(root, work=work, min_tokens=min_tokens, vocab_size=vocab_size, train=train, train_iters=train_iters)
 
 
 def write_config(root: Path, **values) -> Path:
@@ -107,14 +121,14 @@ def test_a_changed_setting_reruns_its_stage_and_everything_after_it_only(tmp_pat
     first = folders(tmp_path / "work")
     assert all(first[s] for s in STAGES)
 
-    write_config(tmp_path, work="work", min_tokens=64, vocab_size=600)  # a cleanup setting
+    write_config(tmp_path, work="work", min_tokens=64, vocab_size=600, train="false", train_iters=20)  # a cleanup setting
     assert run_workflow(config)[0]
     second = folders(tmp_path / "work")
     for stage in STAGES:
         new = second[stage] - first[stage]
         assert bool(new) == (stage >= "4-clean"), stage
 
-    write_config(tmp_path, work="work", min_tokens=64, vocab_size=700)  # only the tokenizer
+    write_config(tmp_path, work="work", min_tokens=64, vocab_size=700, train="false", train_iters=20)  # the tokenizer
     assert run_workflow(config)[0]
     third = folders(tmp_path / "work")
     for stage in STAGES:
@@ -223,3 +237,23 @@ def test_two_workers_on_a_central_luigid_do_each_shard_once(tmp_path, site):
     fetched_shared = {k: v - hits.get(k, 0) for k, v in server.hits.items() if v != hits.get(k, 0)}
     assert fetched_shared == fetched_alone  # every page fetched as often as by one worker: no shard done twice
     assert dataset_bytes(shared) == dataset_bytes(alone)
+
+
+@pytest.mark.slow
+def test_end_to_end_trains_evaluates_exports_and_retrains_alone(tmp_path, site):
+    config = make_run(tmp_path, site, train="true")
+    r = run_cli("run", str(config))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"trained 20 iterations, validation loss \d", r.stdout)
+    assert re.search(r"eval.jsonl: accuracy [\d.]+% \(\d/3\)", r.stdout)
+    assert "Hugging Face gpt2 model ->" in r.stdout
+    assert "iteration       20/20" in r.stdout  # the trainer's log, streamed
+    corpus = folders(tmp_path / "work")
+    [hf] = (tmp_path / "work" / "12-export").glob("*/hf/config.json")
+
+    # Only a training setting changes: the corpus is found complete, the model is trained again.
+    write_config(tmp_path, work="work", min_tokens=32, vocab_size=600, train="true", train_iters=30)
+    r = run_cli("run", str(config))
+    assert r.returncode == 0 and "trained 30 iterations" in r.stdout
+    assert {s: v for s, v in folders(tmp_path / "work").items() if s in STAGES} == corpus
+    assert len(list((tmp_path / "work" / "10-train").iterdir())) == 2

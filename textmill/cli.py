@@ -26,7 +26,7 @@ from pathlib import Path
 from textmill.errors import TextmillError
 
 
-def summary_line(stage: str, manifests: list[dict], output: Path, started: float) -> str:
+def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float) -> str:
     from textmill.pipeline.shards import summarize
 
     total = summarize(manifests)
@@ -35,7 +35,7 @@ def summary_line(stage: str, manifests: list[dict], output: Path, started: float
     extra = f", {c['output_rows']} rows out" if c.get("output_rows", c.get("kept")) != c.get("kept") else ""
     return (
         f"{stage}: {total['shards']} shard(s), {c.get('input', 0)} in, {c.get('kept', 0)} kept, "
-        f"{c.get('rejected', 0)} rejected ({reasons}){extra} -> {output} [{time.perf_counter() - started:.1f}s]"
+        f"{c.get('rejected', 0)} rejected ({reasons}){extra} -> {output} [{seconds:.1f}s]"
     )
 
 
@@ -45,7 +45,7 @@ def cmd_blacklist(args) -> str:
     started = time.perf_counter()
     rules = UrlRules.with_extra(args.domain_blacklist, args.extension_blacklist)
     manifests = blacklist_files(args.inputs, Path(args.output), rules)
-    return summary_line("blacklist", manifests, Path(args.output), started)
+    return summary_line("blacklist", manifests, Path(args.output), time.perf_counter() - started)
 
 
 def scrape_config(args):
@@ -67,7 +67,7 @@ def cmd_scrape(args) -> str:
 
     started = time.perf_counter()
     manifests = scrape_shards(list_shards(args.inputs), Path(args.output), scrape_config(args), args.extract_workers)
-    return summary_line("scrape", manifests, Path(args.output), started)
+    return summary_line("scrape", manifests, Path(args.output), time.perf_counter() - started)
 
 
 def dedup_line(clusters: dict) -> str:
@@ -85,7 +85,7 @@ def cmd_dedup(args) -> str:
     started = time.perf_counter()
     cfg = DedupConfig(args.shingle_size, args.shingle_unit, args.num_perm, args.bands, args.threshold, args.seed)
     manifests, clusters = dedup_shards(list_shards(args.inputs), Path(args.output), cfg)
-    return summary_line("dedup", manifests, Path(args.output), started) + "\n" + dedup_line(clusters)
+    return summary_line("dedup", manifests, Path(args.output), time.perf_counter() - started) + "\n" + dedup_line(clusters)
 
 
 def gpt2_tokenizer(args):
@@ -104,7 +104,7 @@ def cmd_clean(args) -> str:
     started = time.perf_counter()
     cfg = CleanConfig(args.language, args.min_tokens, args.langdetect_chars, args.seed)
     manifests = clean_shards(list_shards(args.inputs), Path(args.output), cfg, gpt2_tokenizer(args))
-    return summary_line("clean", manifests, Path(args.output), started)
+    return summary_line("clean", manifests, Path(args.output), time.perf_counter() - started)
 
 
 def cmd_shuffle(args) -> str:
@@ -113,7 +113,7 @@ def cmd_shuffle(args) -> str:
 
     started = time.perf_counter()
     manifests = shuffle_shards(list_shards(args.inputs), Path(args.output), args.num_shards, args.seed)
-    return summary_line("shuffle", manifests, Path(args.output), started)
+    return summary_line("shuffle", manifests, Path(args.output), time.perf_counter() - started)
 
 
 def decontaminate_line(info: dict, cfg) -> str:
@@ -131,7 +131,7 @@ def cmd_decontaminate(args) -> str:
     started = time.perf_counter()
     cfg = DecontaminateConfig(args.ngram, args.min_ngram, args.cut_chars, args.min_fragment_chars, args.max_pieces, args.key_threshold)
     manifests, info = decontaminate_shards(list_shards(args.inputs), Path(args.output), [Path(p) for p in args.eval_set], cfg)
-    return summary_line("decontaminate", manifests, Path(args.output), started) + "\n" + decontaminate_line(info, cfg)
+    return summary_line("decontaminate", manifests, Path(args.output), time.perf_counter() - started) + "\n" + decontaminate_line(info, cfg)
 
 
 def tokenize_line(m: dict, output_prefix: str | Path, started: float) -> str:
@@ -294,7 +294,7 @@ def cmd_generate(args) -> str:
 def cmd_run(args) -> str:
     from textmill.config import EXAMPLE, load_config
     from textmill.workflows.runner import run_workflow
-    from textmill.workflows.tasks import MergeDataset
+    from textmill.workflows.tasks import EndToEnd, EvaluateLambada, MergeDataset, TrainGPT
 
     if args.example_config:
         return EXAMPLE.rstrip()
@@ -310,9 +310,21 @@ def cmd_run(args) -> str:
         raise SystemExit(1)
     import json
 
-    merged = json.loads(MergeDataset(str(Path(args.config).resolve())).done_file().read_text())
-    return (f"textmill run: done: {merged['documents']:,} documents, {merged['tokens']:,} tokens -> "
-            f"{merged['dataset']}.bin/.idx [{time.perf_counter() - started:.1f}s]")
+    config = str(Path(args.config).resolve())
+    merged = json.loads(MergeDataset(config).done_file().read_text())
+    lines = [f"textmill run: done: {merged['documents']:,} documents, {merged['tokens']:,} tokens -> "
+             f"{merged['dataset']}.bin/.idx"]
+    for task in EndToEnd(config).requires()[1:]:
+        done = json.loads(task.done_file().read_text())
+        if isinstance(task, TrainGPT):
+            valid = f", validation loss {done['valid_loss']:.4f}" if done["valid_loss"] is not None else ""
+            lines.append(f"  trained {done['iterations']} iterations{valid} -> {done['checkpoints']}")
+        elif isinstance(task, EvaluateLambada):
+            lines += [f"  {Path(r['valid_data']).name}: accuracy {r['accuracy']:.2%} ({r['correct']}/{r['total']}), "
+                      f"perplexity {r['perplexity']:.2f}" for r in done["results"]]
+        else:
+            lines.append(f"  Hugging Face {done['family']} model -> {done['output']}")
+    return "\n".join(lines) + f"\n[{time.perf_counter() - started:.1f}s]"
 
 
 def cmd_status(args) -> str:

@@ -73,6 +73,29 @@ vocab_file = ""              # GPT-2 vocab.json; empty: train a byte-level BPE o
 merge_file = ""              # GPT-2 merges.txt (with vocab_file)
 vocab_size = 50257           # size of the trained BPE (when no vocab_file)
 append_eod = true            # end every document with <|endoftext|>
+
+[train]
+enabled = true               # false: stop at the token files
+nproc_per_node = 1           # processes on this machine (torchrun), as textmill train --nproc-per-node
+# Any other key is an option of `textmill train` (see its --help), with _ for -; true/false for flags.
+# The workflow gives --data-path, --vocab-file, --merge-file, --save and --load itself.
+model_preset = "tiny"
+seq_length = 128
+micro_batch_size = 8
+global_batch_size = 16
+train_iters = 300
+lr = 0.003
+lr_warmup_iters = 20
+eval_interval = 100
+eval_iters = 4
+split = "95,5,0"
+
+[evaluate]
+lambada = []                 # LAMBADA-format files ({"text": ...} a line) to score the trained model on
+strict = true                # the whole last word is the target (Megatron's --strict-lambada)
+
+[export]
+hf = true                    # write the trained model as a Hugging Face folder
 """
 
 
@@ -123,6 +146,65 @@ class TokenizeSection:
 
 
 @dataclass(frozen=True)
+class TrainSection:
+    enabled: bool = True
+    nproc_per_node: int = 1
+    options: tuple[str, ...] = ()  # command-line options of `textmill train`, checked when the config is read
+
+
+WORKFLOW_TRAIN_OPTIONS = ("--data-path", "--vocab-file", "--merge-file", "--save", "--load", "--nproc-per-node")
+
+
+def train_options(raw: dict) -> tuple[str, ...]:
+    """`textmill train` options from the [train] keys that are not the section's own, each checked against
+    the trainer's argument parser (name, flag or value, and the value's type)."""
+    import argparse
+
+    from textmill.trainer.train import add_train_arguments
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    options: list[str] = []
+    for key, value in raw.items():
+        option = "--" + key.replace("_", "-")
+        action = parser._option_string_actions.get(option)
+        if action is None:
+            raise TextmillError(f"[train] {key}: `textmill train` has no option {option}")
+        if option in WORKFLOW_TRAIN_OPTIONS:
+            raise TextmillError(f"[train] {key}: the workflow sets {option} itself")
+        if action.nargs == 0:  # a flag
+            if not isinstance(value, bool):
+                raise TextmillError(f"[train] {key} is a flag: true or false")
+            options += [option] if value else []
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, (dict, list)) for v in values):
+            raise TextmillError(f"[train] {key}: expected a value or a list of values")
+        texts = [str(v).lower() if isinstance(v, bool) else str(v) for v in values]
+        for text in texts:
+            try:
+                if action.type is not None:
+                    action.type(text)
+            except (TypeError, ValueError):
+                raise TextmillError(f"[train] {key}: {text!r} is not a valid value") from None
+            if action.choices is not None and text not in [str(c) for c in action.choices]:
+                raise TextmillError(f"[train] {key}: {text!r} is not one of {', '.join(map(str, action.choices))}")
+        options += [option, *texts]
+    return tuple(options)
+
+
+@dataclass(frozen=True)
+class EvaluateSection:
+    lambada: tuple[Path, ...] = ()
+    strict: bool = True
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    hf: bool = True
+
+
+@dataclass(frozen=True)
 class RunConfig:
     path: Path
     run: RunSection = field(default_factory=RunSection)
@@ -133,6 +215,9 @@ class RunConfig:
     shuffle: ShuffleSection = field(default_factory=ShuffleSection)
     decontaminate: DecontaminateSection = field(default_factory=DecontaminateSection)
     tokenize: TokenizeSection = field(default_factory=TokenizeSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    evaluate: EvaluateSection = field(default_factory=EvaluateSection)
+    export: ExportSection = field(default_factory=ExportSection)
 
 
 def section_values(name: str, cls, raw: dict, base: Path):
@@ -193,6 +278,12 @@ def load_config(path: str | Path) -> RunConfig:
         if not isinstance(table, dict):
             raise TextmillError(f"{path}: {name} must be a [{name}] table")
         try:
+            if name == "train":
+                own = {k: v for k, v in table.items() if k in ("enabled", "nproc_per_node")}
+                section = section_values(name, TrainSection, own, path.parent)
+                options = train_options({k: v for k, v in table.items() if k not in own})
+                values[name] = TrainSection(section.enabled, section.nproc_per_node, options)
+                continue
             values[name] = section_values(name, type(factory()), table, path.parent)
         except TextmillError as exc:  # the section's own checks (DedupConfig's) name no file
             raise TextmillError(f"{path}: {exc}") from None

@@ -1,9 +1,13 @@
-"""`textmill demo`: the corpus pipeline end to end on a synthetic web served from 127.0.0.1.
+"""`textmill demo`: the whole chain, URL lists to an evaluated model, on a synthetic web served from 127.0.0.1.
 
 It generates seeded English pages plus junk (near-duplicates, other languages, mojibake, short pages,
-blacklisted and broken links, server faults), serves them locally, runs every corpus stage on them with
-the real libraries (newspaper3k, datasketch, ftfy, langdetect), trains a byte-level BPE on the result and
-writes Megatron .bin/.idx token files, and prints the funnel. No internet.
+blacklisted and broken links, server faults), serves them locally, and runs the Luigi graph of
+`textmill run` on them with the real libraries (newspaper3k, datasketch, ftfy, langdetect): blacklist,
+scrape, dedup, clean, shuffle, decontaminate, a byte-level BPE trained on the corpus, Megatron .bin/.idx
+token files; then it trains a tiny GPT on CPU, scores it on a LAMBADA-format cloze set built from
+held-out generated text (and on a real LAMBADA file with --lambada), exports it to Hugging Face format,
+and ends with a sample of its text. No internet. The run's TOML file is WORKDIR/run.toml: `textmill run
+WORKDIR/run.toml` repeats it (doing nothing, as everything is finished) and `textmill status` lists it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 
 from textmill import synthweb
+from textmill.errors import TextmillError
 
 
 def cloze_passages(seed: int, count: int) -> list[str]:
@@ -23,34 +28,70 @@ def cloze_passages(seed: int, count: int) -> list[str]:
     return [synthweb.paragraph(rng, 4).rstrip(".!?") for _ in range(count)]
 
 
-def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int) -> str:
-    from textmill.cli import decontaminate_line, dedup_line, summary_line, tokenize_line, trained_line
-    from textmill.pipeline.blacklist import UrlRules, blacklist_files
-    from textmill.pipeline.clean import CleanConfig, clean_shards
-    from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards
-    from textmill.pipeline.dedup import DedupConfig, dedup_shards
-    from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
-    from textmill.pipeline.shards import list_shards
-    from textmill.pipeline.shuffle import shuffle_shards
-    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
-    from textmill.tokenizers.train import train_bpe_on_files
+DEMO_CONFIG = """\
+# Written by `textmill demo`; `textmill run --example-config` documents every field.
+[run]
+work_dir = "work"
+urls = ["urls"]
+seed = {seed}
 
+[scrape]
+timeout_s = 5.0
+allow_private_addresses = true   # the synthetic web is on 127.0.0.1
+max_bytes = 2097152
+
+[shuffle]
+num_shards = {shards}
+
+[decontaminate]
+eval_files = {eval_files}
+
+[tokenize]
+vocab_size = {vocab_size}
+
+[train]
+model_preset = "tiny"
+seq_length = 128
+micro_batch_size = 8
+global_batch_size = 16
+train_iters = {train_iters}
+lr = 0.003
+min_lr = 0.0003
+lr_warmup_iters = 20
+eval_interval = {eval_interval}
+eval_iters = 8
+split = "95,5,0"
+log_interval = {eval_interval}
+seed = {seed}
+
+[evaluate]
+lambada = {eval_files}
+strict = true
+
+[export]
+hf = true
+"""
+
+
+def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int, train_iters: int,
+             lambada: Path | None) -> str:
+    from textmill.workflows.runner import funnel_lines, run_workflow
+    from textmill.workflows.tasks import EvaluateLambada, ExportHF, TrainGPT
+
+    started = time.perf_counter()
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    eval_texts = cloze_passages(seed + 1, 50)
+    eval_texts = cloze_passages(seed + 1, 100)
     eval_file = workdir / "eval" / "cloze.jsonl"
     eval_file.parent.mkdir(parents=True, exist_ok=True)
     eval_file.write_text("".join(json.dumps({"text": t}) + "\n" for t in eval_texts))
+    eval_files = [str(eval_file)] + ([str(Path(lambada).resolve())] if lambada else [])
+    if lambada and not Path(lambada).is_file():
+        raise TextmillError(f"--lambada {lambada}: no such file")
 
-    web = synthweb.build_web(
-        seed=seed,
-        articles=pages,
-        near_duplicates=pages // 10,
-        foreign=pages // 20,
-        mojibake=pages // 30,
-        short=pages // 20,
-        planted=tuple(eval_texts[:3]),
-    )
-    lines = []
+    web = synthweb.build_web(seed=seed, articles=pages, near_duplicates=pages // 10, foreign=pages // 20,
+                             mojibake=pages // 30, short=pages // 20, planted=tuple(eval_texts[:3]))
+    config = workdir / "run.toml"
     with synthweb.serve(web) as server:
         urls = synthweb.url_list(web, server)
         url_dir = workdir / "urls"
@@ -58,45 +99,52 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int)
         half = len(urls) // 2
         (url_dir / "RS_demo-01.txt").write_text("\n".join(urls[:half]) + "\n")
         (url_dir / "RS_demo-02.txt").write_text("\n".join(urls[half:]) + "\n")
+        config.write_text(DEMO_CONFIG.format(seed=seed, shards=shards, eval_files=json.dumps(eval_files),
+                                             vocab_size=vocab_size, train_iters=train_iters,
+                                             eval_interval=max(1, train_iters // 4)))
+        ok, summary = run_workflow(config)
+    if not ok:
+        print(summary)
+        raise TextmillError(f"the demo's run did not finish; `textmill status {config}` lists what failed")
 
-        t = time.perf_counter()
-        out = workdir / "1-blacklist"
-        lines.append(summary_line("blacklist", blacklist_files([url_dir], out, UrlRules()), out, t))
-        t = time.perf_counter()
-        cfg = ScrapeConfig(timeout_s=5.0, allow_private=True, max_bytes=2 * 1024 * 1024)
-        manifests = scrape_shards(list_shards([out]), workdir / "2-scrape", cfg)
-        lines.append(summary_line("scrape", manifests, workdir / "2-scrape", t))
+    trained = json.loads(TrainGPT(str(config)).done_file().read_text())
+    evaluated = json.loads(EvaluateLambada(str(config)).done_file().read_text())["results"]
+    exported = json.loads(ExportHF(str(config)).done_file().read_text())
+    lines = ["", "textmill demo: corpus funnel (URLs in, kept and rejected at each stage, with reasons)",
+             *funnel_lines(config), "",
+             f"train: tiny GPT, {trained['iterations']} iterations on CPU, validation loss {trained['valid_loss']:.3f} "
+             f"-> {trained['checkpoints']}"]
+    for r in evaluated:
+        name = "cloze set (held-out generated text)" if r["valid_data"] == str(eval_file) else Path(r["valid_data"]).name
+        lines.append(f"evaluate: {name}: strict last-word accuracy {r['accuracy']:.1%} ({r['correct']}/{r['total']}), "
+                     f"perplexity {r['perplexity']:.1f}")
+    lines.append(f"export: Hugging Face {exported['family']} model -> {exported['output']}")
+    lines += ["", "a sample (top-p 0.9, seed 1):", sample(Path(trained["checkpoints"]), "The old sailor"), "",
+              f"textmill demo: done in {time.perf_counter() - started:.0f}s; the run is {config}"]
+    return "\n".join(lines)
 
-    t = time.perf_counter()
-    manifests, clusters = dedup_shards(list_shards([workdir / "2-scrape"]), workdir / "3-dedup", DedupConfig())
-    lines += [summary_line("dedup", manifests, workdir / "3-dedup", t), dedup_line(clusters)]
-    t = time.perf_counter()
-    manifests = clean_shards(list_shards([workdir / "3-dedup"]), workdir / "4-clean", CleanConfig())
-    lines.append(summary_line("clean", manifests, workdir / "4-clean", t))
-    t = time.perf_counter()
-    manifests = shuffle_shards(list_shards([workdir / "4-clean"]), workdir / "5-shuffle", shards, seed)
-    lines.append(summary_line("shuffle", manifests, workdir / "5-shuffle", t))
-    t = time.perf_counter()
-    dcfg = DecontaminateConfig()
-    manifests, info = decontaminate_shards(list_shards([workdir / "5-shuffle"]), workdir / "6-decontaminate", [eval_file], dcfg)
-    lines += [summary_line("decontaminate", manifests, workdir / "6-decontaminate", t), decontaminate_line(info, dcfg)]
-    t = time.perf_counter()
-    corpus = list_shards([workdir / "6-decontaminate"])
-    prefix = workdir / "7-tokenize" / "demo"
-    tokenizer = train_bpe_on_files(corpus, ("text",), vocab_size, prefix)
-    m = tokenize_files(corpus, prefix, tokenizer, TokenizeConfig(append_eod=True))
-    lines += [trained_line(tokenizer), tokenize_line(m, prefix, t)]
-    return "\n".join(["textmill demo: corpus funnel", *lines, f"token files: {dataset_prefix(prefix, 'text')}.bin/.idx"])
+
+def sample(checkpoints: Path, prompt: str) -> str:
+    from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
+    from textmill.trainer.generate import SamplingParams, TokenText, generate
+
+    model, ckpt = load_model(checkpoints)
+    tokenizer = checkpoint_tokenizer(checkpoints, ckpt.meta)
+    params = SamplingParams(tokens_to_generate=60, top_p=0.9, seed=1)
+    [g] = generate(model, TokenText(tokenizer), [tokenizer.encode(prompt)], params, tokenizer.eod)
+    generated = g.generated[:-1] if g.finish_reason == "eod" else g.generated
+    return tokenizer.decode(g.tokens[: g.prompt_length] + generated)
 
 
 def cmd_demo(args) -> str:
-    return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size)
+    return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size, args.train_iters,
+                    args.lambada)
 
 
 def add_demo_parser(sub) -> None:
     p = sub.add_parser(
         "demo",
-        help="Run the corpus pipeline on a generated web served from 127.0.0.1 (no internet needed).",
+        help="Run the whole chain on a generated web served from 127.0.0.1: corpus, tiny GPT, evaluation (no internet).",
         description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -105,4 +153,6 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--num-shards", type=int, default=4, help="shards after the shuffle")
     p.add_argument("--seed", type=int, default=1234, help="seed of the generated web and the shuffle")
     p.add_argument("--vocab-size", type=int, default=2048, help="size of the byte-level BPE trained on the demo corpus")
+    p.add_argument("--train-iters", type=int, default=300, help="training iterations of the tiny GPT")
+    p.add_argument("--lambada", type=Path, help="also evaluate on this LAMBADA file (e.g. lambada_test.jsonl)")
     p.set_defaults(func=cmd_demo)

@@ -1,14 +1,16 @@
 """Luigi tasks: thin wrappers that call textmill.pipeline, textmill.tokenizers and textmill.trainer.
 
     textmill run run.toml [--workers N]
-    luigi --module textmill.workflows Corpus --config run.toml --local-scheduler
+    luigi --module textmill.workflows EndToEnd --config run.toml --local-scheduler
 """
 
 from textmill.workflows.runner import configure_luigi
 from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DedupClusters, DedupShard,
-                                      MergeDataset, ScrapeShard, Shuffle, SignatureShard, TokenizeShard, TrainTokenizer)
+                                      EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard, Shuffle,
+                                      SignatureShard, TokenizeShard, TrainGPT, TrainTokenizer)
 
 configure_luigi()
 
-__all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DedupClusters", "DedupShard", "MergeDataset",
-           "ScrapeShard", "Shuffle", "SignatureShard", "TokenizeShard", "TrainTokenizer"]
+__all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DedupClusters", "DedupShard", "EndToEnd",
+           "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "SignatureShard", "TokenizeShard",
+           "TrainGPT", "TrainTokenizer"]

@@ -383,3 +383,106 @@ class Corpus(luigi.WrapperTask):
 
     def requires(self):
         return MergeDataset(self.config)
+
+
+# -- model stages ----------------------------------------------------------------------------------------
+class TrainGPT(RunTask):
+    """`textmill train` on the merged token files, as a subprocess (under torchrun with nproc_per_node > 1)
+    whose log is streamed to this process's output and to train.log. A run killed part-way resumes from
+    its newest checkpoint, which gives the same result as an uninterrupted one."""
+
+    stage = "10-train"
+
+    def key(self) -> str:
+        t = self.cfg.train
+        return key_of(MergeDataset(self.config).key(), t.options, t.nproc_per_node)
+
+    def requires(self):
+        return MergeDataset(self.config)
+
+    def checkpoints(self) -> Path:
+        return self.folder() / "ckpt"
+
+    def run(self):
+        import subprocess
+        import sys
+
+        merged = json.loads(MergeDataset(self.config).done_file().read_text())
+        command = [sys.executable, "-m", "textmill.cli", "train", "--data-path", merged["dataset"],
+                   "--vocab-file", merged["vocab_file"], "--merge-file", merged["merge_file"],
+                   "--save", str(self.checkpoints()), "--load", str(self.checkpoints()),
+                   "--nproc-per-node", str(self.cfg.train.nproc_per_node), *self.cfg.train.options]
+        self.folder().mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with open(self.folder() / "train.log", "a", encoding="utf-8") as log:
+            log.write("$ " + " ".join(command) + "\n")
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+                log.write(line)
+            code = proc.wait()
+        if code != 0:
+            raise RuntimeError(f"textmill train exited with status {code}; its log is {self.folder() / 'train.log'}")
+        records = [json.loads(line) for line in (self.checkpoints() / "metrics.jsonl").read_text().splitlines()]
+        valid = [r for r in records if "valid_loss" in r]
+        self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),
+                    valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=str(self.checkpoints()),
+                    seconds=time.perf_counter() - started)
+
+
+class EvaluateLambada(RunTask):
+    """LAMBADA-format accuracy and perplexity of the trained model on each file of [evaluate] lambada."""
+
+    stage = "11-evaluate"
+
+    def key(self) -> str:
+        files = [file_fingerprint(p)["sha256"] for p in self.cfg.evaluate.lambada]
+        return key_of(TrainGPT(self.config).key(), files, self.cfg.evaluate.strict)
+
+    def requires(self):
+        return TrainGPT(self.config)
+
+    def run(self):
+        from textmill.trainer.lambada import evaluate_lambada
+
+        results = []
+        for i, path in enumerate(self.cfg.evaluate.lambada):
+            results.append(evaluate_lambada(TrainGPT(self.config).checkpoints(), path, self.cfg.evaluate.strict,
+                                            output=self.folder() / f"lambada-{i}-{path.stem}.json"))
+        self.finish(results=results)
+
+
+class ExportHF(RunTask):
+    stage = "12-export"
+
+    def key(self) -> str:
+        return TrainGPT(self.config).key()
+
+    def requires(self):
+        return TrainGPT(self.config)
+
+    def hf_folder(self) -> Path:
+        return self.folder() / "hf"
+
+    def run(self):
+        from textmill.trainer.hf import export_hf
+
+        self.finish(**export_hf(TrainGPT(self.config).checkpoints(), self.hf_folder()))
+
+
+class EndToEnd(luigi.WrapperTask):
+    """The whole run: the corpus, and (when [train] is enabled) the trained model, its evaluation and its
+    Hugging Face export."""
+
+    config = luigi.Parameter(description="the run's TOML file")
+
+    def requires(self):
+        cfg = run_config(self.config)
+        tasks = [Corpus(self.config)]
+        if cfg.train.enabled:
+            tasks.append(TrainGPT(self.config))
+            if cfg.evaluate.lambada:
+                tasks.append(EvaluateLambada(self.config))
+            if cfg.export.hf:
+                tasks.append(ExportHF(self.config))
+        return tasks
