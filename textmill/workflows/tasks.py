@@ -28,6 +28,7 @@ from textmill.config import RunConfig, load_config
 from textmill.pipeline.shards import file_fingerprint, manifest_path, write_json
 
 TASK_FILE = "task.json"
+KEYS: dict[tuple, str] = {}  # RunTask.key's memo
 
 
 def run_config(config: str) -> RunConfig:
@@ -68,6 +69,14 @@ class RunTask(luigi.Task):
         return self.cfg.run.work_dir
 
     def key(self) -> str:
+        """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
+        scrape key), so each is computed once per configuration and list of URL files."""
+        memo = (self.task_id, self.cfg, tuple(url_files(self.cfg)))
+        if memo not in KEYS:
+            KEYS[memo] = self.own_key()
+        return KEYS[memo]
+
+    def own_key(self) -> str:
         raise NotImplementedError
 
     def folder(self) -> Path:
@@ -111,7 +120,7 @@ class BlacklistShard(ShardTask):
 
         return UrlRules.with_extra(self.cfg.blacklist.domain_blacklist, self.cfg.blacklist.extension_blacklist)
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         files = [file_fingerprint(p) for p in url_files(self.cfg)[: self.shard + 1]]
         return key_of("blacklist", [(Path(f["path"]).name, f["sha256"]) for f in files], self.rules().params())
 
@@ -137,7 +146,7 @@ class ScrapeShard(ShardTask):
         return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, max_bytes=s.max_bytes,
                             max_redirects=s.max_redirects, allow_private=s.allow_private_addresses, keep_html=s.keep_html)
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         significant = {k: v for k, v in self.scrape_config().params().items() if k != "concurrency"}
         return key_of(BlacklistShard(self.config, self.shard).key(), significant)
 
@@ -156,7 +165,7 @@ class SignatureShard(ShardTask):
 
     stage = "3-minhash"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return key_of(ScrapeShard(self.config, self.shard).key(), self.cfg.dedup.signature_params())
 
     def requires(self):
@@ -176,7 +185,7 @@ class DedupClusters(RunTask):
 
     stage = "3-dedup"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         shards = [ScrapeShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
         return key_of(shards, self.cfg.dedup.params())
 
@@ -197,7 +206,7 @@ class DedupClusters(RunTask):
 class DedupShard(ShardTask):
     stage = "3-dedup"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return DedupClusters(self.config).key()
 
     def requires(self):
@@ -221,7 +230,7 @@ def given_tokenizer(cfg: RunConfig):
 class CleanShard(ShardTask):
     stage = "4-clean"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         t = given_tokenizer(self.cfg)
         counted_by = [file_fingerprint(p)["sha256"] for p in t.files] if t else "approx"
         return key_of(DedupShard(self.config, self.shard).key(), self.cfg.clean.params(), counted_by)
@@ -239,7 +248,7 @@ class CleanShard(ShardTask):
 class Shuffle(RunTask):
     stage = "5-shuffle"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
         return key_of(shards, self.cfg.shuffle.num_shards, self.cfg.run.seed)
 
@@ -260,7 +269,7 @@ class Shuffle(RunTask):
 class Decontaminate(RunTask):
     stage = "6-decontaminate"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         evals = [file_fingerprint(p)["sha256"] for p in self.cfg.decontaminate.eval_files]
         return key_of(Shuffle(self.config).key(), evals, self.cfg.decontaminate.params())
 
@@ -289,7 +298,7 @@ class TrainTokenizer(RunTask):
 
     stage = "7-tokenizer"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return key_of(documents(self.config).key(), self.cfg.tokenize.vocab_size)
 
     def requires(self):
@@ -323,7 +332,7 @@ class TokenizeShard(RunTask):
     stage = "8-tokenize"
     part = luigi.IntParameter(description="shard number after the shuffle")
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return key_of(documents(self.config).key(), tokenizer_key(self.config, self.cfg), self.cfg.tokenize.append_eod)
 
     def requires(self):
@@ -357,7 +366,7 @@ class MergeDataset(RunTask):
 
     stage = "9-dataset"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return TokenizeShard(self.config, 0).key()
 
     def requires(self):
@@ -393,7 +402,7 @@ class TrainGPT(RunTask):
 
     stage = "10-train"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         t = self.cfg.train
         return key_of(MergeDataset(self.config).key(), t.options, t.nproc_per_node)
 
@@ -435,7 +444,7 @@ class EvaluateLambada(RunTask):
 
     stage = "11-evaluate"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         files = [file_fingerprint(p)["sha256"] for p in self.cfg.evaluate.lambada]
         return key_of(TrainGPT(self.config).key(), files, self.cfg.evaluate.strict)
 
@@ -455,7 +464,7 @@ class EvaluateLambada(RunTask):
 class ExportHF(RunTask):
     stage = "12-export"
 
-    def key(self) -> str:
+    def own_key(self) -> str:
         return TrainGPT(self.config).key()
 
     def requires(self):
