@@ -15,7 +15,7 @@ from textmill.pipeline.shards import list_shards
 from conftest import run_cli, write_jsonl
 
 COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
-            "merge-datasets", "train", "run", "status", "serve", "generate", "demo"]
+            "merge-datasets", "train", "run", "status", "serve", "generate", "demo", "schedule"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -85,6 +85,8 @@ def test_demo_runs_the_whole_chain(tmp_path):
     assert re.search(r"evaluate: cloze set \(held-out generated text\): strict last-word accuracy [\d.]+% \(\d+/100\)", out)
     assert re.search(r"evaluate: lambada_test.jsonl: strict last-word accuracy [\d.]+% \(\d+/5153\)", out)
     assert "export: Hugging Face gpt2 model ->" in out
+    report = (tmp_path / "demo" / "work" / "report.html").read_text()
+    assert "lambada_test</td><td>" in report and report.count("data:image/png;base64,") == 6
     sample = out.split("a sample (top-p 0.9, seed 1):\n")[1].splitlines()[0]
     assert sample.startswith("The old sailor") and len(sample) > len("The old sailor") + 20
     # The run is a plain `textmill run` config: again, it finds everything done.

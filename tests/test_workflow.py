@@ -18,7 +18,7 @@ from textmill.tokenizers.indexed import IndexedDataset
 from textmill.workflows.runner import run_workflow
 from textmill.workflows.tasks import MergeDataset, ScrapeShard
 
-from conftest import run_cli
+from conftest import SHARED_DATA, run_cli
 
 CONFIG = """
 [run]
@@ -85,6 +85,11 @@ def write_config(root: Path, **values) -> Path:
     return path
 
 
+def stage_files(work: Path) -> dict[Path, int]:
+    """Every file of the stages' folders, with its modification time."""
+    return {p: p.stat().st_mtime_ns for s in STAGES for p in (work / s).rglob("*")}
+
+
 def folders(work: Path) -> dict[str, set[str]]:
     return {s: {p.name for p in (work / s).iterdir() if p.is_dir()} if (work / s).exists() else set() for s in STAGES}
 
@@ -103,10 +108,24 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, site):
     assert dataset.num_documents > 20
     [decontaminated] = (tmp_path / "work" / "6-decontaminate").glob("*/task.json")
     assert json.loads(decontaminated.read_text())["documents_touched"] >= 1
-    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "work").rglob("*")}
+    before = stage_files(tmp_path / "work")
     again = run_cli("run", str(config))
     assert again.returncode == 0 and "textmill run: done:" in again.stdout
-    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "work").rglob("*")} == before
+    assert stage_files(tmp_path / "work") == before
+
+    # Each run is dated, with its report; the results table has both, side by side.
+    runs = sorted((tmp_path / "work" / "runs").iterdir())
+    assert len(runs) == 2 and all((r / "run.json").exists() and (r / "report.html").exists() for r in runs)
+    assert f"report: {runs[1] / 'report.html'}" in again.stdout
+    table = (tmp_path / "work" / "results.md").read_text().splitlines()
+    assert [line.split(" | ")[0].lstrip("| ") for line in table[-2:]] == [r.name for r in runs]
+    documents = IndexedDataset(MergeDataset(str(config)).dataset()).num_documents
+    assert all("| done | " in line and f"| {documents} |" in line for line in table[-2:])
+    report = (tmp_path / "work" / "report.html").read_text()
+    assert report == (runs[1] / "report.html").read_text()
+    # funnel, dedup clusters, characters and tokens per document, time per stage (no training in this run)
+    assert report.count("data:image/png;base64,") == 5
+    assert "<h2>Corpus funnel</h2>" in report and "<h2>Training</h2>" not in report
 
     bad = run_cli("run", str(tmp_path / "nope.toml"))
     assert bad.returncode == 2 and bad.stderr.startswith("textmill: error:") and len(bad.stderr.splitlines()) == 1
@@ -157,8 +176,13 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     proc.wait()
     assert not ScrapeShard(str(config), 2).complete() and not MergeDataset(str(config)).complete()
 
-    ok, summary = run_workflow(config)
+    ok, summary, record, folder = run_workflow(config)
     assert not ok and "ScrapeShard" in summary and not MergeDataset(str(config)).complete()
+    # The failed run is recorded too: what failed, the stages it got through, a row in the results.
+    assert record["status"] == "failed" and "ScrapeShard(shard=1): IsADirectoryError" in record["failed"][0]
+    assert [s["stage"] for s in record["funnel"]] == ["blacklist"] and "corpus" not in record
+    assert "IsADirectoryError" in (folder / "report.html").read_text()
+    assert (tmp_path / "broken" / "work" / "results.tsv").read_text().splitlines()[-1].split("\t")[1] == "failed"
     assert ScrapeShard(str(config), 2).complete() and not ScrapeShard(str(config), 1).complete()
     [failure] = (tmp_path / "broken" / "work" / ".textmill" / "failures").iterdir()
     assert "ScrapeShard" in failure.name and "IsADirectoryError" in failure.read_text()
@@ -169,7 +193,7 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     shutil.rmtree(blocked)
 
     done_before = {t: ScrapeShard(str(config), t).done_file().stat().st_mtime_ns for t in (0, 2)}
-    ok, summary = run_workflow(config)
+    ok, summary, *_ = run_workflow(config)
     assert ok, summary
     for t, stamp in done_before.items():  # finished shards were not redone
         assert ScrapeShard(str(config), t).done_file().stat().st_mtime_ns == stamp
@@ -250,6 +274,9 @@ def test_end_to_end_trains_evaluates_exports_and_retrains_alone(tmp_path, site):
     assert "iteration       20/20" in r.stdout  # the trainer's log, streamed
     corpus = folders(tmp_path / "work")
     [hf] = (tmp_path / "work" / "12-export").glob("*/hf/config.json")
+    report = (tmp_path / "work" / "report.html").read_text()
+    assert "<h2>Training</h2>" in report and "<h2>Evaluation</h2>" in report and "eval</td><td>" in report
+    assert report.count("data:image/png;base64,") == 6  # the loss curves besides the corpus charts
 
     # Only a training setting changes: the corpus is found complete, the model is trained again.
     write_config(tmp_path, work="work", min_tokens=32, vocab_size=600, train="true", train_iters=30)
@@ -257,3 +284,75 @@ def test_end_to_end_trains_evaluates_exports_and_retrains_alone(tmp_path, site):
     assert r.returncode == 0 and "trained 30 iterations" in r.stdout
     assert {s: v for s, v in folders(tmp_path / "work").items() if s in STAGES} == corpus
     assert len(list((tmp_path / "work" / "10-train").iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_a_retrain_on_a_grown_corpus_starts_from_the_latest_model_when_asked(tmp_path, site):
+    config = make_run(tmp_path, site, files=2, train="true")
+    text = config.read_text().replace("vocab_size = 600", f'vocab_file = "{SHARED_DATA / "gpt2-vocab.json"}"\n'
+                                      f'merge_file = "{SHARED_DATA / "gpt2-merges.txt"}"')
+    config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "latest"'))
+    first = run_workflow(config)
+    assert first.ok and first.record["train"]["started_from"] is None  # nothing earlier: from scratch
+
+    make_run(tmp_path, site, files=3, train="true")  # a new URL list arrives
+    config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "latest"'))
+    second = run_workflow(config)
+    assert second.ok and second.record["train"]["started_from"] == first.record["train"]["checkpoints"]
+    [log] = [p for p in (tmp_path / "work" / "10-train").glob("*/train.log") if str(p.parent) in second.record["train"]["checkpoints"]]
+    assert f"--load {first.record['train']['checkpoints']} --finetune" in log.read_text()
+
+    third = run_workflow(config)  # nothing new: the model of this corpus is there already
+    assert third.ok and third.record["train"] == second.record["train"]
+    assert len(list((tmp_path / "work" / "10-train").iterdir())) == 2
+    rows = (tmp_path / "work" / "results.md").read_text().splitlines()[-3:]
+    assert [row.split(" | ")[1] for row in rows] == ["done"] * 3
+
+    config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "fresh"'))
+    fresh = run_workflow(config)
+    assert fresh.ok and fresh.record["train"]["started_from"] is None
+    assert fresh.record["train"]["checkpoints"] != second.record["train"]["checkpoints"]
+
+
+def test_schedule_prints_installs_and_removes_the_daily_crontab_line_which_runs_the_chain(tmp_path, site):
+    config = make_run(tmp_path, site, files=2)
+    r = run_cli("schedule", str(config), "--at", "04:30")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[0]
+    fields = line.split(" ", 5)
+    assert fields[:5] == ["30", "4", "*", "*", "*"] and line.endswith(f"# textmill schedule {config}")
+    assert "--install" in r.stdout.splitlines()[-1]
+
+    # The command part of the line, as cron would run it (cron hands it to sh): the run is recorded.
+    command = fields[5].rsplit(" # textmill schedule ", 1)[0]
+    done = subprocess.run(["sh", "-c", command], cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "textmill run: done:" in (tmp_path / "work" / "cron.log").read_text()
+    assert len(list((tmp_path / "work" / "runs").iterdir())) == 1
+
+    # --install and --remove edit the user's crontab through the crontab command. This machine has none,
+    # so a stand-in keeps the table in a file (the same -l / - interface; -l fails while it is empty).
+    bin_dir, table = tmp_path / "bin", tmp_path / "crontab.txt"
+    bin_dir.mkdir()
+    (bin_dir / "crontab").write_text(f"""#!/bin/sh
+if [ "$1" = "-l" ]; then [ -s {table} ] || {{ echo "no crontab for $(id -un)" >&2; exit 1; }}; cat {table}; exit 0; fi
+if [ "$1" = "-" ]; then cat > {table}; exit 0; fi
+exit 2
+""")
+    (bin_dir / "crontab").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, env=env)
+
+    assert cli("schedule", str(config), "--install").returncode == 0
+    table.write_text("0 1 * * * echo someone else's job\n" + table.read_text())
+    assert cli("schedule", str(config), "--install", "--at", "05:00").returncode == 0  # replaces its own line only
+    lines = table.read_text().splitlines()
+    assert lines[0] == "0 1 * * * echo someone else's job"
+    assert len(lines) == 2 and lines[1].startswith("0 5 * * * ") and lines[1].endswith(str(config))
+    removed = cli("schedule", str(config), "--remove")
+    assert removed.returncode == 0 and "removed 1 crontab line" in removed.stdout
+    assert table.read_text().splitlines() == ["0 1 * * * echo someone else's job"]
+    bad = cli("schedule", str(config), "--at", "25:00")
+    assert bad.returncode == 2 and bad.stderr.strip() == "textmill: error: [schedule] at: '25:00' is not a time of day HH:MM"

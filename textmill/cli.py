@@ -11,6 +11,8 @@
     textmill evaluate lambada --load DIR --valid-data lambada_test.jsonl [--strict-lambada]
     textmill export hf --load DIR --output HF_DIR;  textmill import hf HF_DIR --save DIR
     textmill serve --load DIR [--port 5000];  textmill generate --url http://127.0.0.1:5000 | --load DIR
+    textmill run CONFIG.toml [--workers N];  textmill status CONFIG.toml;  textmill schedule CONFIG.toml [--install]
+    textmill demo
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
 Bad input ends with one `textmill: error: ...` line and exit status 2.
@@ -27,16 +29,9 @@ from textmill.errors import TextmillError
 
 
 def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float) -> str:
-    from textmill.pipeline.shards import summarize
+    from textmill.report import stage_line, stage_summary
 
-    total = summarize(manifests)
-    c = total["counts"]
-    reasons = ", ".join(f"{k} {v}" for k, v in list(total["reasons"].items())[:8]) or "none"
-    extra = f", {c['output_rows']} rows out" if c.get("output_rows", c.get("kept")) != c.get("kept") else ""
-    return (
-        f"{stage}: {total['shards']} shard(s), {c.get('input', 0)} in, {c.get('kept', 0)} kept, "
-        f"{c.get('rejected', 0)} rejected ({reasons}){extra} -> {output} [{seconds:.1f}s]"
-    )
+    return stage_line(stage_summary(stage, manifests, output, seconds))
 
 
 def cmd_blacklist(args) -> str:
@@ -70,20 +65,14 @@ def cmd_scrape(args) -> str:
     return summary_line("scrape", manifests, Path(args.output), time.perf_counter() - started)
 
 
-def dedup_line(clusters: dict) -> str:
-    sizes = clusters["cluster_sizes"]
-    return (
-        f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; "
-        f"{clusters['candidate_pairs']} candidate pairs, {clusters['confirmed_pairs']} confirmed"
-    )
-
-
 def cmd_dedup(args) -> str:
     from textmill.pipeline.dedup import DedupConfig, dedup_shards
     from textmill.pipeline.shards import list_shards
 
     started = time.perf_counter()
     cfg = DedupConfig(args.shingle_size, args.shingle_unit, args.num_perm, args.bands, args.threshold, args.seed)
+    from textmill.report import dedup_line
+
     manifests, clusters = dedup_shards(list_shards(args.inputs), Path(args.output), cfg)
     return summary_line("dedup", manifests, Path(args.output), time.perf_counter() - started) + "\n" + dedup_line(clusters)
 
@@ -116,22 +105,16 @@ def cmd_shuffle(args) -> str:
     return summary_line("shuffle", manifests, Path(args.output), time.perf_counter() - started)
 
 
-def decontaminate_line(info: dict, cfg) -> str:
-    return (
-        f"  {info['eval_ngrams']} evaluation n-grams, {info['seen_in_training']} seen in training, {info['used']} used "
-        f"(seen < {cfg.key_threshold} times); {info['documents_touched']} document(s) touched, "
-        f"{info['characters_removed']} characters removed"
-    )
-
-
 def cmd_decontaminate(args) -> str:
     from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards
     from textmill.pipeline.shards import list_shards
 
     started = time.perf_counter()
     cfg = DecontaminateConfig(args.ngram, args.min_ngram, args.cut_chars, args.min_fragment_chars, args.max_pieces, args.key_threshold)
+    from textmill.report import decontaminate_line
+
     manifests, info = decontaminate_shards(list_shards(args.inputs), Path(args.output), [Path(p) for p in args.eval_set], cfg)
-    return summary_line("decontaminate", manifests, Path(args.output), time.perf_counter() - started) + "\n" + decontaminate_line(info, cfg)
+    return summary_line("decontaminate", manifests, Path(args.output), time.perf_counter() - started) + "\n" + decontaminate_line(info, cfg.key_threshold)
 
 
 def tokenize_line(m: dict, output_prefix: str | Path, started: float) -> str:
@@ -293,38 +276,21 @@ def cmd_generate(args) -> str:
 
 def cmd_run(args) -> str:
     from textmill.config import EXAMPLE, load_config
+    from textmill.report import run_lines
     from textmill.workflows.runner import run_workflow
-    from textmill.workflows.tasks import EndToEnd, EvaluateLambada, MergeDataset, TrainGPT
 
     if args.example_config:
         return EXAMPLE.rstrip()
     if args.config is None:
         raise TextmillError("give the run's TOML file (textmill run --example-config prints a documented one)")
     load_config(args.config)  # a bad config is one error line before Luigi starts
-    started = time.perf_counter()
-    ok, summary = run_workflow(args.config, args.workers, args.scheduler_url)
+    ok, summary, record, folder = run_workflow(args.config, args.workers, args.scheduler_url)
     if not ok:
         print(summary, file=sys.stderr)
-        print(f"textmill run: failed after {time.perf_counter() - started:.1f}s; `textmill run` again redoes only what "
-              "is not finished", file=sys.stderr)
+        print(f"textmill run: failed after {record['seconds']:.1f}s (recorded in {folder}); `textmill run` again redoes "
+              "only what is not finished", file=sys.stderr)
         raise SystemExit(1)
-    import json
-
-    config = str(Path(args.config).resolve())
-    merged = json.loads(MergeDataset(config).done_file().read_text())
-    lines = [f"textmill run: done: {merged['documents']:,} documents, {merged['tokens']:,} tokens -> "
-             f"{merged['dataset']}.bin/.idx"]
-    for task in EndToEnd(config).requires()[1:]:
-        done = json.loads(task.done_file().read_text())
-        if isinstance(task, TrainGPT):
-            valid = f", validation loss {done['valid_loss']:.4f}" if done["valid_loss"] is not None else ""
-            lines.append(f"  trained {done['iterations']} iterations{valid} -> {done['checkpoints']}")
-        elif isinstance(task, EvaluateLambada):
-            lines += [f"  {Path(r['valid_data']).name}: accuracy {r['accuracy']:.2%} ({r['correct']}/{r['total']}), "
-                      f"perplexity {r['perplexity']:.2f}" for r in done["results"]]
-        else:
-            lines.append(f"  Hugging Face {done['family']} model -> {done['output']}")
-    return "\n".join(lines) + f"\n[{time.perf_counter() - started:.1f}s]"
+    return "\n".join(run_lines(record, folder))
 
 
 def cmd_status(args) -> str:
@@ -591,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     from textmill.demo import add_demo_parser
+    from textmill.schedule import add_schedule_parser
+
+    add_schedule_parser(sub)
 
     add_demo_parser(sub)
     return parser

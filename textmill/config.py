@@ -28,6 +28,7 @@ EXAMPLE = """\
 work_dir = "work"            # every stage's output, keyed by the settings that made it
 urls = ["urls"]              # URL list files (.txt, .gz, .bz2, .xz) or folders of them; one shard per file
 seed = 1234                  # seed of the shuffle (and of the trainer unless [train] sets one)
+results_runs = 10            # runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)
 
 [blacklist]
 domain_blacklist = []        # extra files of blacklisted domains, one a line (added to the bundled list)
@@ -77,6 +78,8 @@ append_eod = true            # end every document with <|endoftext|>
 [train]
 enabled = true               # false: stop at the token files
 nproc_per_node = 1           # processes on this machine (torchrun), as textmill train --nproc-per-node
+resume = "fresh"             # "latest": start from the weights of the newest model trained on an earlier
+                             # corpus (fresh optimizer and schedule, as --finetune); needs [tokenize] vocab_file
 # Any other key is an option of `textmill train` (see its --help), with _ for -; true/false for flags.
 # The workflow gives --data-path, --vocab-file, --merge-file, --save and --load itself.
 model_preset = "tiny"
@@ -96,6 +99,9 @@ strict = true                # the whole last word is the target (Megatron's --s
 
 [export]
 hf = true                    # write the trained model as a Hugging Face folder
+
+[schedule]
+at = "03:00"                 # daily time (HH:MM, the machine's clock) of the crontab line `textmill schedule` writes
 """
 
 
@@ -104,6 +110,7 @@ class RunSection:
     work_dir: Path = Path("work")
     urls: tuple[Path, ...] = (Path("urls"),)
     seed: int = 1234
+    results_runs: int = 10
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ class TokenizeSection:
 class TrainSection:
     enabled: bool = True
     nproc_per_node: int = 1
+    resume: str = "fresh"
     options: tuple[str, ...] = ()  # command-line options of `textmill train`, checked when the config is read
 
 
@@ -205,6 +213,17 @@ class ExportSection:
 
 
 @dataclass(frozen=True)
+class ScheduleSection:
+    at: str = "03:00"
+
+    def hour_minute(self) -> tuple[int, int]:
+        hour, _, minute = self.at.partition(":")
+        if not (hour.isdigit() and minute.isdigit() and int(hour) < 24 and int(minute) < 60 and len(minute) == 2):
+            raise TextmillError(f"[schedule] at: {self.at!r} is not a time of day HH:MM")
+        return int(hour), int(minute)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     path: Path
     run: RunSection = field(default_factory=RunSection)
@@ -218,6 +237,7 @@ class RunConfig:
     train: TrainSection = field(default_factory=TrainSection)
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     export: ExportSection = field(default_factory=ExportSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
 
 
 def section_values(name: str, cls, raw: dict, base: Path):
@@ -279,10 +299,10 @@ def load_config(path: str | Path) -> RunConfig:
             raise TextmillError(f"{path}: {name} must be a [{name}] table")
         try:
             if name == "train":
-                own = {k: v for k, v in table.items() if k in ("enabled", "nproc_per_node")}
+                own = {k: v for k, v in table.items() if k in ("enabled", "nproc_per_node", "resume")}
                 section = section_values(name, TrainSection, own, path.parent)
                 options = train_options({k: v for k, v in table.items() if k not in own})
-                values[name] = TrainSection(section.enabled, section.nproc_per_node, options)
+                values[name] = TrainSection(section.enabled, section.nproc_per_node, section.resume, options)
                 continue
             values[name] = section_values(name, type(factory()), table, path.parent)
         except TextmillError as exc:  # the section's own checks (DedupConfig's) name no file
@@ -292,4 +312,15 @@ def load_config(path: str | Path) -> RunConfig:
         raise TextmillError(f"{path}: [shuffle] num_shards must be at least 1")
     if bool(cfg.tokenize.vocab_file) != bool(cfg.tokenize.merge_file):
         raise TextmillError(f"{path}: [tokenize] vocab_file and merge_file go together")
+    if cfg.run.results_runs < 1:
+        raise TextmillError(f"{path}: [run] results_runs must be at least 1")
+    if cfg.train.resume not in ("fresh", "latest"):
+        raise TextmillError(f"{path}: [train] resume must be \"fresh\" or \"latest\", not {cfg.train.resume!r}")
+    if cfg.train.resume == "latest" and not cfg.tokenize.vocab_file:
+        raise TextmillError(f"{path}: [train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on "
+                            "each corpus gives each model its own vocabulary")
+    try:
+        cfg.schedule.hour_minute()
+    except TextmillError as exc:
+        raise TextmillError(f"{path}: {exc}") from None
     return cfg

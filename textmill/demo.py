@@ -61,7 +61,7 @@ lr_warmup_iters = 20
 eval_interval = {eval_interval}
 eval_iters = 8
 split = "95,5,0"
-log_interval = {eval_interval}
+log_interval = {log_interval}
 seed = {seed}
 
 [evaluate]
@@ -75,8 +75,8 @@ hf = true
 
 def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int, train_iters: int,
              lambada: Path | None) -> str:
-    from textmill.workflows.runner import funnel_lines, run_workflow
-    from textmill.workflows.tasks import EvaluateLambada, ExportHF, TrainGPT
+    from textmill.report import funnel_lines
+    from textmill.workflows.runner import run_workflow
 
     started = time.perf_counter()
     workdir = workdir.resolve()
@@ -101,25 +101,25 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
         (url_dir / "RS_demo-02.txt").write_text("\n".join(urls[half:]) + "\n")
         config.write_text(DEMO_CONFIG.format(seed=seed, shards=shards, eval_files=json.dumps(eval_files),
                                              vocab_size=vocab_size, train_iters=train_iters,
-                                             eval_interval=max(1, train_iters // 4)))
-        ok, summary = run_workflow(config)
+                                             eval_interval=max(1, train_iters // 4),
+                                             log_interval=max(1, train_iters // 12)))
+        ok, summary, record, folder = run_workflow(config)
     if not ok:
         print(summary)
         raise TextmillError(f"the demo's run did not finish; `textmill status {config}` lists what failed")
 
-    trained = json.loads(TrainGPT(str(config)).done_file().read_text())
-    evaluated = json.loads(EvaluateLambada(str(config)).done_file().read_text())["results"]
-    exported = json.loads(ExportHF(str(config)).done_file().read_text())
+    trained, exported = record["train"], record["export"]
     lines = ["", "textmill demo: corpus funnel (URLs in, kept and rejected at each stage, with reasons)",
-             *funnel_lines(config), "",
+             *funnel_lines(record), "",
              f"train: tiny GPT, {trained['iterations']} iterations on CPU, validation loss {trained['valid_loss']:.3f} "
              f"-> {trained['checkpoints']}"]
-    for r in evaluated:
-        name = "cloze set (held-out generated text)" if r["valid_data"] == str(eval_file) else Path(r["valid_data"]).name
+    for r in record["evaluate"]:
+        name = "cloze set (held-out generated text)" if r["file"] == str(eval_file) else Path(r["file"]).name
         lines.append(f"evaluate: {name}: strict last-word accuracy {r['accuracy']:.1%} ({r['correct']}/{r['total']}), "
                      f"perplexity {r['perplexity']:.1f}")
     lines.append(f"export: Hugging Face {exported['family']} model -> {exported['output']}")
-    lines += ["", "a sample (top-p 0.9, seed 1):", sample(Path(trained["checkpoints"]), "The old sailor"), "",
+    lines += [f"report: {folder / 'report.html'} (also {workdir / 'work' / 'report.html'})",
+              "", "a sample (top-p 0.9, seed 1):", sample(Path(trained["checkpoints"]), "The old sailor"), "",
               f"textmill demo: done in {time.perf_counter() - started:.0f}s; the run is {config}"]
     return "\n".join(lines)
 

@@ -1,18 +1,23 @@
-"""Running the graph: Luigi set up for unattended runs, failures recorded for `textmill status`."""
+"""Running the graph: Luigi set up for unattended runs, failures recorded for `textmill status`, and each
+run recorded as a dated folder with its report and a line in the results table."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import luigi
 
+from textmill.pipeline.shards import atomic_path, manifest_path, write_json
 from textmill.workflows.tasks import EndToEnd, RunTask
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
+RUNS = "runs"
 
 
 def configure_luigi() -> None:
@@ -68,74 +73,150 @@ def task_seconds(task: RunTask) -> float:
     return json.loads(path.read_text())["seconds"] if path.exists() else 0.0
 
 
-def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = None) -> tuple[bool, str]:
-    """Build the run of `config`; (succeeded, Luigi's summary)."""
+class RunResult(NamedTuple):
+    ok: bool  # every task of the run is done
+    summary: str  # Luigi's summary of what this process did
+    record: dict  # the run's record (runs/<name>/run.json)
+    folder: Path  # runs/<name>: run.json and report.html
+
+
+def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = None) -> RunResult:
+    """Build the run of `config`, then record it as a dated run: work/runs/<date_time>/run.json and
+    report.html, work/report.html (the newest), and the results table of the last runs."""
     configure_luigi()
+    config = Path(config).resolve()
+    name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
     kwargs = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
-    target = EndToEnd(str(Path(config).resolve()))
+    target = EndToEnd(str(config))
     result = luigi.build([target], workers=workers, detailed_summary=True, log_level="WARNING", **kwargs)
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
-    return target.complete(), result.summary_text
+    ok = target.complete()
+    record = run_record(config, name, started_at, time.perf_counter() - started, ok)
+    return RunResult(ok, result.summary_text, record, record_run(config, record))
 
 
-def task_states(config: Path) -> list[dict]:
-    """Every task of the run's graph, requirements first: its name, state (done, failed or pending) and,
-    for a failed one, the last failure recorded."""
-    seen: dict[str, dict] = {}
+def graph(config: Path) -> list[luigi.Task]:
+    """Every task of the run's graph, once each, requirements first."""
+    seen: dict[str, luigi.Task] = {}
 
     def visit(task: luigi.Task) -> None:
         if task.task_id in seen:
             return
-        seen[task.task_id] = {}  # placeholder: a task reached twice is listed once
         for required in luigi.task.flatten(task.requires()):
             visit(required)
-        state, reason = ("done" if task.complete() else "pending"), None
-        if state == "pending" and isinstance(task, RunTask) and failure_file(task).exists():
-            record = json.loads(failure_file(task).read_text())
-            state, reason = "failed", f"{record['error']} ({record['time']})"
-        params = ", ".join(f"{k}={v}" for k, v in task.param_kwargs.items() if k != "config")
-        seen[task.task_id] = {"task": f"{task.task_family}({params})", "state": state, "reason": reason}
+        seen[task.task_id] = task
 
     visit(EndToEnd(str(Path(config).resolve())))
     return list(seen.values())
 
 
-def funnel_lines(config: Path) -> list[str]:
-    """One line per corpus stage of a finished run (records in, kept, rejected by reason), from the
-    manifests its tasks wrote; then the token count."""
-    from textmill.cli import decontaminate_line, dedup_line, summary_line
-    from textmill.pipeline.shards import manifest_path
+def task_states(config: Path) -> list[dict]:
+    """Every task of the run's graph, requirements first: its name, state (done, failed or pending) and,
+    for a failed one, the last failure recorded."""
+    states = []
+    for task in graph(config):
+        state, reason = ("done" if task.complete() else "pending"), None
+        if state == "pending" and isinstance(task, RunTask) and failure_file(task).exists():
+            record = json.loads(failure_file(task).read_text())
+            state, reason = "failed", f"{record['error']} ({record['time']})"
+        params = ", ".join(f"{k}={v}" for k, v in task.param_kwargs.items() if k != "config")
+        states.append({"task": f"{task.task_family}({params})", "state": state, "reason": reason})
+    return states
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def funnel(config: str) -> dict:
+    """The corpus part of a run record, as far as the run got: per stage the records in, kept and
+    rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
+    merged token files."""
+    from textmill.report import stage_summary
     from textmill.workflows import tasks as t
 
-    config = str(Path(config).resolve())
     cfg = t.run_config(config)
     n = t.num_url_files(cfg)
-
-    def read(path: Path) -> dict:
-        return json.loads(path.read_text())
-
-    # (stage, its manifests, its folder, the seconds its tasks took)
-    stages = []
-    for name, task in (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard),
-                       ("clean", t.CleanShard)):
-        shard_tasks = [task(config, i) for i in range(n)]
-        stages.append((name, [read(s.done_file()) for s in shard_tasks], shard_tasks[-1].folder(),
-                       sum(task_seconds(s) for s in shard_tasks)))
-    global_tasks = [("shuffle", t.Shuffle(config))]
-    if cfg.decontaminate.eval_files:
-        global_tasks.append(("decontaminate", t.Decontaminate(config)))
-    for name, task in global_tasks:
-        stages.append((name, [read(manifest_path(p)) for p in task.shards()], task.folder(), task_seconds(task)))
-    lines = []
-    for name, manifests, folder, seconds in stages:
+    shard_stages = [("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard),
+                    ("clean", t.CleanShard)]
+    global_stages = [("shuffle", t.Shuffle(config))] + ([("decontaminate", t.Decontaminate(config))]
+                                                       if cfg.decontaminate.eval_files else [])
+    part: dict = {"funnel": []}
+    for name, task in shard_stages + global_stages:
+        tasks = [task(config, i) for i in range(n)] if isinstance(task, type) else [task]
+        if not all(x.complete() for x in tasks):
+            return part
         if name == "dedup":
             clusters = t.DedupClusters(config)
-            seconds += task_seconds(clusters) + sum(task_seconds(t.SignatureShard(config, i)) for i in range(n))
-        lines.append(summary_line(name, manifests, folder, seconds))
-        if name == "dedup":
-            lines.append(dedup_line(read(t.DedupClusters(config).done_file())))
+            tasks += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
+            part["dedup"] = read(clusters.done_file())
+        if isinstance(task, type):
+            manifests = [read(x.done_file()) for x in tasks if isinstance(x, task)]
+        else:
+            manifests = [read(manifest_path(p)) for p in task.shards()]
+        part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in tasks)))
         if name == "decontaminate":
-            lines.append(decontaminate_line(read(t.Decontaminate(config).done_file()), cfg.decontaminate))
-    merged = read(t.MergeDataset(config).done_file())
-    lines.append(f"tokenize: {merged['documents']:,} documents, {merged['tokens']:,} tokens -> {merged['dataset']}.bin/.idx")
-    return lines
+            part["decontaminate"] = {**read(task.done_file()), "key_threshold": cfg.decontaminate.key_threshold}
+    merged = t.MergeDataset(config)
+    if merged.complete():
+        part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
+        part["corpus"]["document_shards"] = [str(p) for p in t.documents(config).shards()]
+    return part
+
+
+def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
+    """What the run made, for run.json, the results table and report.html."""
+    from textmill.workflows import tasks as t
+
+    config = str(config)
+    cfg = t.run_config(config)
+    record = {"run": name, "config": config, "started": started_at, "seconds": round(seconds, 1),
+              "status": "done" if ok else "failed"}
+    if not ok:
+        record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
+    record.update(funnel(config))
+    train = t.TrainGPT(config)
+    if cfg.train.enabled and train.complete():
+        record["train"] = {k: v for k, v in read(train.done_file()).items()
+                           if k in ("iterations", "lm_loss", "valid_loss", "checkpoints", "started_from", "seconds")}
+        evaluate, export = t.EvaluateLambada(config), t.ExportHF(config)
+        if cfg.evaluate.lambada and evaluate.complete():
+            record["evaluate"] = [{"name": Path(r["valid_data"]).stem, "file": r["valid_data"], "accuracy": r["accuracy"],
+                                   "correct": r["correct"], "total": r["total"], "perplexity": r["perplexity"]}
+                                  for r in read(evaluate.done_file())["results"]]
+        if cfg.export.hf and export.complete():
+            record["export"] = {k: v for k, v in read(export.done_file()).items() if k in ("family", "output")}
+    seconds_per_stage: dict[str, float] = {}
+    for task in graph(config):
+        if isinstance(task, RunTask):
+            stage = task.stage.split("-", 1)[1]
+            seconds_per_stage[stage] = seconds_per_stage.get(stage, 0.0) + task_seconds(task)
+    record["seconds_per_stage"] = {k: round(v, 2) for k, v in seconds_per_stage.items()}
+    return record
+
+
+def record_run(config: Path, record: dict) -> Path:
+    """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
+    from textmill.report import write_report, write_results
+    from textmill.workflows.tasks import run_config
+
+    cfg = run_config(str(config))
+    runs = cfg.run.work_dir / RUNS
+    runs.mkdir(parents=True, exist_ok=True)
+    folder, k = runs / record["run"], 1
+    while True:  # several workers on one central scheduler may start in the same second
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            k += 1
+            folder = runs / f"{record['run']}-{k}"
+    record["run"] = folder.name
+    write_json(record, folder / "run.json")
+    history = [read(p) for p in sorted(runs.glob("*/run.json"))]
+    history = [r for r in history if r["run"] <= record["run"]][-cfg.run.results_runs:]
+    write_report(record, history, folder / "report.html")
+    with atomic_path(cfg.run.work_dir / "report.html") as tmp:
+        shutil.copyfile(folder / "report.html", tmp)
+    write_results(cfg.run.work_dir, [read(p) for p in sorted(runs.glob("*/run.json"))], cfg.run.results_runs)
+    return folder

@@ -398,13 +398,27 @@ class Corpus(luigi.WrapperTask):
 class TrainGPT(RunTask):
     """`textmill train` on the merged token files, as a subprocess (under torchrun with nproc_per_node > 1)
     whose log is streamed to this process's output and to train.log. A run killed part-way resumes from
-    its newest checkpoint, which gives the same result as an uninterrupted one."""
+    its newest checkpoint, which gives the same result as an uninterrupted one.
+
+    With [train] resume = "latest" the model starts from the weights of the newest model trained on
+    another corpus with the same vocabulary (a retrain on a grown corpus); that model's key is part of
+    this one's, so the same corpus is not trained again the next day."""
 
     stage = "10-train"
 
     def own_key(self) -> str:
         t = self.cfg.train
-        return key_of(MergeDataset(self.config).key(), t.options, t.nproc_per_node)
+        start = self.start_from()
+        return key_of(MergeDataset(self.config).key(), t.options, t.nproc_per_node, start and start["key"])
+
+    def start_from(self) -> dict | None:
+        """The task.json of the model this one starts from, or None to start from scratch."""
+        if self.cfg.train.resume != "latest":
+            return None
+        dataset, vocabulary = MergeDataset(self.config).key(), tokenizer_key(self.config, self.cfg)
+        earlier = [json.loads(p.read_text()) for p in sorted((self.work / self.stage).glob(f"*/{TASK_FILE}"))]
+        earlier = [e for e in earlier if e.get("dataset_key") != dataset and e.get("tokenizer_key") == vocabulary]
+        return max(earlier, key=lambda e: e["finished"], default=None)
 
     def requires(self):
         return MergeDataset(self.config)
@@ -416,10 +430,16 @@ class TrainGPT(RunTask):
         import subprocess
         import sys
 
+        from textmill.trainer.checkpoint import TRACKER
+
         merged = json.loads(MergeDataset(self.config).done_file().read_text())
+        start = self.start_from()
+        load = ["--load", str(self.checkpoints())]
+        if start and not (self.checkpoints() / TRACKER).exists():  # not yet begun: start from the earlier model
+            load = ["--load", start["checkpoints"], "--finetune"]
         command = [sys.executable, "-m", "textmill.cli", "train", "--data-path", merged["dataset"],
                    "--vocab-file", merged["vocab_file"], "--merge-file", merged["merge_file"],
-                   "--save", str(self.checkpoints()), "--load", str(self.checkpoints()),
+                   "--save", str(self.checkpoints()), *load,
                    "--nproc-per-node", str(self.cfg.train.nproc_per_node), *self.cfg.train.options]
         self.folder().mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
@@ -436,6 +456,8 @@ class TrainGPT(RunTask):
         valid = [r for r in records if "valid_loss" in r]
         self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),
                     valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=str(self.checkpoints()),
+                    started_from=start and start["checkpoints"], dataset_key=MergeDataset(self.config).key(),
+                    tokenizer_key=tokenizer_key(self.config, self.cfg), finished=time.time(),
                     seconds=time.perf_counter() - started)
 
 
