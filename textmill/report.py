@@ -193,17 +193,13 @@ def funnel_chart(funnel: list[dict]) -> str:
     return png(fig)
 
 
-def histogram(values, xlabel: str) -> str:
-    import numpy as np
-
-    values = np.asarray(values)
+def histogram_chart(h: dict, xlabel: str) -> str:
     fig, ax = figure()
-    ax.hist(values, bins=40, color="#4c72b0")
+    ax.stairs(h["counts"], h["edges"], fill=True, color="#4c72b0")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("documents")
-    if len(values):
-        ax.set_title(f"{len(values):,} documents; median {np.median(values):,.0f}, mean {values.mean():,.0f}, "
-                     f"max {values.max():,}", fontsize=9)
+    ax.set_title(f"{h['documents']:,} documents; median {h['median']:,.0f}, mean {h['mean']:,.0f}, max {h['max']:,}",
+                 fontsize=9)
     return png(fig)
 
 
@@ -249,20 +245,29 @@ def table(rows: list[list], header: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def document_lengths(shards: list[str]) -> list[int]:
+def histogram(values) -> dict:
+    """40 bins and the median, mean and maximum: what the report draws, small enough for run.json."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.int64)
+    if not len(values):
+        values = np.zeros(1, np.int64)
+    counts, edges = np.histogram(values, bins=40)
+    return {"documents": int(len(values)), "median": float(np.median(values)), "mean": float(values.mean()),
+            "max": int(values.max()), "counts": counts.tolist(), "edges": edges.tolist()}
+
+
+def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
+    """Characters per document (the final document shards) and tokens per document (the token files)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    lengths = []
-    for shard in shards:
-        lengths += pc.utf8_length(pq.read_table(shard, columns=["text"])["text"]).to_pylist()
-    return lengths
-
-
-def token_counts(prefix: str) -> list[int]:
     from textmill.tokenizers.indexed import IndexedDataset
 
-    return IndexedDataset(prefix).lengths.tolist()
+    characters = []
+    for shard in document_shards:  # one column of one shard at a time
+        characters += pc.utf8_length(pq.read_table(shard, columns=["text"])["text"]).to_pylist()
+    return {"characters": histogram(characters), "tokens": histogram(IndexedDataset(dataset).lengths)}
 
 
 STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}
@@ -293,8 +298,8 @@ def render_report(record: dict, history: list[dict]) -> str:
             parts.append(cluster_chart(sizes))
     corpus = record.get("corpus")
     if corpus:
-        parts += ["<h2>Documents</h2>", histogram(document_lengths(corpus["document_shards"]), "characters per document"),
-                  histogram(token_counts(corpus["dataset"]), "tokens per document"),
+        parts += ["<h2>Documents</h2>", histogram_chart(corpus["histograms"]["characters"], "characters per document"),
+                  histogram_chart(corpus["histograms"]["tokens"], "tokens per document"),
                   f"<p>{corpus['documents']:,} documents, {corpus['tokens']:,} tokens in "
                   f"{html.escape(corpus['dataset'])}.bin/.idx</p>"]
     train = record.get("train")

@@ -128,11 +128,11 @@ def read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def funnel(config: str) -> dict:
+def corpus_record(config: str) -> dict:
     """The corpus part of a run record, as far as the run got: per stage the records in, kept and
     rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
     merged token files."""
-    from textmill.report import stage_summary
+    from textmill.report import corpus_histograms, stage_summary
     from textmill.workflows import tasks as t
 
     cfg = t.run_config(config)
@@ -160,8 +160,19 @@ def funnel(config: str) -> dict:
     merged = t.MergeDataset(config)
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
-        part["corpus"]["document_shards"] = [str(p) for p in t.documents(config).shards()]
+        part["corpus"]["histograms"] = earlier_histograms(cfg.run.work_dir, part["corpus"]["dataset"]) or \
+            corpus_histograms([str(p) for p in t.documents(config).shards()], part["corpus"]["dataset"])
     return part
+
+
+def earlier_histograms(work: Path, dataset: str) -> dict | None:
+    """The document histograms of the newest earlier run of the same token files (a run that finds the
+    corpus done does not read it again)."""
+    for path in sorted((work / RUNS).glob("*/run.json"), reverse=True):
+        corpus = read(path).get("corpus") or {}
+        if corpus.get("dataset") == dataset and "histograms" in corpus:
+            return corpus["histograms"]
+    return None
 
 
 def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
@@ -174,7 +185,7 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
               "status": "done" if ok else "failed"}
     if not ok:
         record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
-    record.update(funnel(config))
+    record.update(corpus_record(config))
     train = t.TrainGPT(config)
     if cfg.train.enabled and train.complete():
         record["train"] = {k: v for k, v in read(train.done_file()).items()
