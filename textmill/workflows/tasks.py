@@ -29,6 +29,9 @@ from textmill.pipeline.shards import file_fingerprint, manifest_path, write_json
 
 TASK_FILE = "task.json"
 KEYS: dict[tuple, str] = {}  # RunTask.key's memo
+# The URL ids kept by the blacklist shards up to the one keyed, left by that shard for the next one when
+# both run in this process (one worker), so a full build reads each shard once rather than once per later shard.
+SEEN: dict[str, set[str]] = {}
 
 
 def run_config(config: str) -> RunConfig:
@@ -48,10 +51,22 @@ def key_of(*parts) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def url_files(cfg: RunConfig) -> list[Path]:
+def url_stamps(cfg: RunConfig) -> tuple:
+    """The modification times of the [run] urls entries: a file added to a folder changes the folder's."""
+    return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in cfg.run.urls)
+
+
+def url_files(cfg: RunConfig) -> tuple[Path, ...]:
+    """The URL list files in shard order, listed again only when an entry of [run] urls changes (every
+    task asks, so listing each time made the graph quadratic in the number of files)."""
+    return listed_url_files(cfg.run.urls, url_stamps(cfg))
+
+
+@functools.lru_cache(maxsize=8)
+def listed_url_files(urls: tuple[Path, ...], stamps: tuple) -> tuple[Path, ...]:
     from textmill.pipeline.blacklist import url_list_files
 
-    return url_list_files(cfg.run.urls)
+    return tuple(url_list_files(urls))
 
 
 class RunTask(luigi.Task):
@@ -71,7 +86,7 @@ class RunTask(luigi.Task):
     def key(self) -> str:
         """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
         scrape key), so each is computed once per configuration and list of URL files."""
-        memo = (self.task_id, self.cfg, tuple(url_files(self.cfg)))
+        memo = (self.task_id, self.cfg, url_stamps(self.cfg))
         if memo not in KEYS:
             KEYS[memo] = self.own_key()
         return KEYS[memo]
@@ -112,17 +127,33 @@ def num_url_files(cfg: RunConfig) -> int:
 
 
 # -- corpus stages ---------------------------------------------------------------------------------------
+def url_rules(cfg: RunConfig):
+    from textmill.pipeline.blacklist import UrlRules
+
+    return UrlRules.with_extra(cfg.blacklist.domain_blacklist, cfg.blacklist.extension_blacklist)
+
+
+@functools.lru_cache(maxsize=8)
+def blacklist_keys(cfg: RunConfig, stamps: tuple) -> tuple[str, ...]:
+    """The key of every blacklist shard: a chain over the URL files, since a shard's output depends on
+    every file before it (computed in one pass; a task asking for its predecessor's key would recurse as
+    deep as there are files)."""
+    keys, previous, params = [], None, url_rules(cfg).params()
+    for path in url_files(cfg):
+        f = file_fingerprint(path)
+        previous = key_of("blacklist", previous, path.name, f["sha256"], params)
+        keys.append(previous)
+    return tuple(keys)
+
+
 class BlacklistShard(ShardTask):
     stage = "1-blacklist"
 
     def rules(self):
-        from textmill.pipeline.blacklist import UrlRules
-
-        return UrlRules.with_extra(self.cfg.blacklist.domain_blacklist, self.cfg.blacklist.extension_blacklist)
+        return url_rules(self.cfg)
 
     def own_key(self) -> str:
-        files = [file_fingerprint(p) for p in url_files(self.cfg)[: self.shard + 1]]
-        return key_of("blacklist", [(Path(f["path"]).name, f["sha256"]) for f in files], self.rules().params())
+        return blacklist_keys(self.cfg, url_stamps(self.cfg))[self.shard]
 
     def requires(self):
         return [BlacklistShard(self.config, self.shard - 1)] if self.shard > 0 else []
@@ -131,9 +162,14 @@ class BlacklistShard(ShardTask):
         from textmill.pipeline.blacklist import blacklist_file
         from textmill.pipeline.shards import read_rows
 
-        seen = {row["id"] for i in range(self.shard)
-                for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
+        previous = BlacklistShard(self.config, self.shard - 1).key() if self.shard else None
+        seen = SEEN.pop(previous, None)
+        if seen is None:  # not the shard this process did last: read what every earlier shard kept
+            seen = {row["id"] for i in range(self.shard)
+                    for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
         blacklist_file(url_files(self.cfg)[self.shard], self.shard_file(), self.rules(), seen)
+        SEEN.clear()
+        SEEN[self.key()] = seen
 
 
 class ScrapeShard(ShardTask):
