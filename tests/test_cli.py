@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,29 @@ def test_demo_runs_the_whole_chain(tmp_path):
     # The run is a plain `textmill run` config: again, it finds everything done.
     again = run_cli("run", str(tmp_path / "demo" / "run.toml"))
     assert again.returncode == 0 and "textmill run: done:" in again.stdout
+
+    # The same command elsewhere: the same corpus and model (the web is served at the same port).
+    r2 = run_cli("demo", "--workdir", str(tmp_path / "demo2"), "--pages", "60", "--num-shards", "2", "--train-iters", "20")
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    dataset2 = re.search(r"tokenize: [\d,]+ documents, [\d,]+ tokens -> (\S+)\.bin/\.idx", r2.stdout).group(1)
+    assert Path(f"{dataset2}.bin").read_bytes() == Path(f"{dataset}.bin").read_bytes()
+    loss = re.compile(r"validation loss [\d.]+")
+    assert loss.search(r2.stdout).group() == loss.search(out).group()
+
+
+def test_the_demo_web_moves_to_a_free_port_when_its_own_is_taken(capsys):
+    import socket
+    import urllib.request
+
+    from textmill.demo import serve_web
+
+    web = synthweb.build_web(seed=1, articles=3, near_duplicates=0, foreign=0, mojibake=0, short=0)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with serve_web(web, port) as server:
+            assert server.server_address[1] != port
+            with urllib.request.urlopen(synthweb.base_url(server) + web.url_paths[0], timeout=10) as page:
+                assert page.status == 200
+    assert f"port {port} is taken" in capsys.readouterr().out

@@ -13,6 +13,7 @@ WORKDIR/run.toml` repeats it (doing nothing, as everything is finished) and `tex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import time
@@ -74,7 +75,7 @@ hf = true
 
 
 def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int, train_iters: int,
-             lambada: Path | None) -> str:
+             lambada: Path | None, port: int = 0) -> str:
     from textmill.report import funnel_lines
     from textmill.workflows.runner import run_workflow
 
@@ -92,7 +93,7 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     web = synthweb.build_web(seed=seed, articles=pages, near_duplicates=pages // 10, foreign=pages // 20,
                              mojibake=pages // 30, short=pages // 20, planted=tuple(eval_texts[:3]))
     config = workdir / "run.toml"
-    with synthweb.serve(web) as server:
+    with serve_web(web, port) as server:
         urls = synthweb.url_list(web, server)
         url_dir = workdir / "urls"
         url_dir.mkdir(exist_ok=True)
@@ -124,6 +125,20 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def serve_web(web, port: int):
+    """The generated web at `port`, or at a free port when that one is taken. The port is part of every
+    URL, so of every document id and of the shuffle: the same port gives the same corpus and model."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(synthweb.serve(web, port=port))
+        except OSError as exc:
+            print(f"textmill demo: port {port} is taken ({exc.strerror}); serving on a free port, so the corpus "
+                  "will not be byte-for-byte the same as on another run", flush=True)
+            server = stack.enter_context(synthweb.serve(web))
+        yield server
+
+
 def sample(checkpoints: Path, prompt: str) -> str:
     from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
     from textmill.trainer.generate import SamplingParams, TokenText, generate
@@ -138,7 +153,7 @@ def sample(checkpoints: Path, prompt: str) -> str:
 
 def cmd_demo(args) -> str:
     return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size, args.train_iters,
-                    args.lambada)
+                    args.lambada, args.port)
 
 
 def add_demo_parser(sub) -> None:
@@ -155,4 +170,6 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--vocab-size", type=int, default=2048, help="size of the byte-level BPE trained on the demo corpus")
     p.add_argument("--train-iters", type=int, default=300, help="training iterations of the tiny GPT")
     p.add_argument("--lambada", type=Path, help="also evaluate on this LAMBADA file (e.g. lambada_test.jsonl)")
+    p.add_argument("--port", type=int, default=18737, help="port of the generated web on 127.0.0.1 (URLs include it, "
+                   "so the same port gives the same corpus; 0: any free port)")
     p.set_defaults(func=cmd_demo)

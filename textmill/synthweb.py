@@ -243,8 +243,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # socketserver's default backlog of 5 drops connections under load
 
-    def __init__(self, web: SyntheticWeb, latency_s: float):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, web: SyntheticWeb, latency_s: float, port: int):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.web = web
         self.latency_s = latency_s
         self.hits: dict[str, int] = {}
@@ -253,9 +253,10 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(web: SyntheticWeb, latency_s: float = 0.0) -> Iterator[_Server]:
-    """Serve `web` on 127.0.0.1 at a free port in a background thread; `server.hits` counts requests."""
-    server = _Server(web, latency_s)
+def serve(web: SyntheticWeb, latency_s: float = 0.0, port: int = 0) -> Iterator[_Server]:
+    """Serve `web` on 127.0.0.1 at `port` (0: a free one) in a background thread; `server.hits` counts
+    requests."""
+    server = _Server(web, latency_s, port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
