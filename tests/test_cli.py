@@ -72,8 +72,13 @@ def test_demo_runs_the_whole_chain(tmp_path):
     from conftest import SHARED_DATA
     from textmill.tokenizers.indexed import IndexedDataset
 
-    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), "--pages", "60", "--num-shards", "2", "--train-iters", "20",
-                "--lambada", str(SHARED_DATA / "lambada_test.jsonl"))
+    import socket
+
+    with socket.socket() as s:  # a port free now, for both runs (the default may be taken on a shared machine)
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    small = ["--pages", "60", "--num-shards", "2", "--train-iters", "20", "--port", port]
+    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), *small, "--lambada", str(SHARED_DATA / "lambada_test.jsonl"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     for stage in ("blacklist:", "scrape:", "dedup:", "clean:", "shuffle:", "decontaminate:"):
@@ -95,7 +100,7 @@ def test_demo_runs_the_whole_chain(tmp_path):
     assert again.returncode == 0 and "textmill run: done:" in again.stdout
 
     # The same command elsewhere: the same corpus and model (the web is served at the same port).
-    r2 = run_cli("demo", "--workdir", str(tmp_path / "demo2"), "--pages", "60", "--num-shards", "2", "--train-iters", "20")
+    r2 = run_cli("demo", "--workdir", str(tmp_path / "demo2"), *small)
     assert r2.returncode == 0, r2.stderr[-3000:]
     dataset2 = re.search(r"tokenize: [\d,]+ documents, [\d,]+ tokens -> (\S+)\.bin/\.idx", r2.stdout).group(1)
     assert Path(f"{dataset2}.bin").read_bytes() == Path(f"{dataset}.bin").read_bytes()
