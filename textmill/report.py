@@ -304,8 +304,9 @@ def render_report(record: dict, history: list[dict]) -> str:
                   f"{html.escape(corpus['dataset'])}.bin/.idx</p>"]
     train = record.get("train")
     if train:
-        metrics_file = Path(train["checkpoints"]) / "metrics.jsonl"
-        metrics = [json.loads(line) for line in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
+        from textmill.trainer.train import read_metrics
+
+        metrics = read_metrics(Path(train["checkpoints"]))
         started = f", starting from {train['started_from']}" if train.get("started_from") else ""
         parts += ["<h2>Training</h2>",
                   f"<p>{train['iterations']} iterations{html.escape(started)}; final training loss "

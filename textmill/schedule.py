@@ -59,9 +59,9 @@ def current_crontab() -> list[str]:
     return listed.stdout.splitlines()
 
 
-def install(config: Path, line: str | None) -> tuple[int, int]:
-    """Put `line` in the crontab in place of the lines for `config` (None: only take those out);
-    (lines removed, lines added)."""
+def install(config: Path, line: str | None) -> int:
+    """Put `line` in the crontab in place of the lines for `config` (None: only take those out); the
+    number of lines taken out."""
     mark = MARK + str(Path(config).resolve())
     lines = current_crontab()
     kept = [x for x in lines if not x.endswith(mark)]
@@ -69,19 +69,19 @@ def install(config: Path, line: str | None) -> tuple[int, int]:
     written = subprocess.run([crontab(), "-"], input="\n".join(new) + "\n", capture_output=True, text=True)
     if written.returncode != 0:
         raise TextmillError(f"crontab - failed: {written.stderr.strip()}")
-    return len(lines) - len(kept), 1 if line else 0
+    return len(lines) - len(kept)
 
 
 def cmd_schedule(args) -> str:
     config = Path(args.config).resolve()
     if args.remove:
-        removed, _ = install(config, None)
+        removed = install(config, None)
         return f"schedule: removed {removed} crontab line(s) for {config}"
     line = crontab_line(config, args.at, args.workers, args.scheduler_url)
     print(line)
     if not args.install:
         return "schedule: add this line with `crontab -e`, or run again with --install"
-    removed, added = install(config, line)
+    removed = install(config, line)
     return f"schedule: installed in the crontab ({removed} earlier line(s) for this file replaced)"
 
 

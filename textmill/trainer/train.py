@@ -34,6 +34,7 @@ from textmill.trainer.parallel.pipeline_parallel import build_schedule, embeddin
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
+METRICS = "metrics.jsonl"  # one JSON record per logged iteration, in the --save folder
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
 
@@ -133,6 +134,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-iters", type=int, default=10, help="global batches of the validation split per evaluation")
     g.add_argument("--tensorboard-dir", type=Path, help="write TensorBoard scalars here")
     g.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: known GPUs; CPU: not reported)")
+
+
+def read_metrics(save: Path) -> list[dict]:
+    """The records the trainer logged into `save` (none when it logged nothing there)."""
+    path = Path(save) / METRICS
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def parallel_dims(args, world: int) -> ParallelDims:
@@ -515,7 +522,7 @@ class Trainer:
             writer = SummaryWriter(str(args.tensorboard_dir))
         if args.save and main:
             args.save.mkdir(parents=True, exist_ok=True)
-        metrics = open(args.save / "metrics.jsonl", "a") if args.save and main else None
+        metrics = open(args.save / METRICS, "a") if args.save and main else None
         tokens_per_iter = args.global_batch_size * self.seq_len
         flops_per_iter = training_flops(self.cfg, args.global_batch_size, self.seq_len)
         layout = f" x {self.dims.world} processes ({self.dims.describe(args)})" if self.dims.distributed else ""

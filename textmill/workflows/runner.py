@@ -137,26 +137,27 @@ def corpus_record(config: str) -> dict:
 
     cfg = t.run_config(config)
     n = t.num_url_files(cfg)
-    shard_stages = [("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard),
-                    ("clean", t.CleanShard)]
-    global_stages = [("shuffle", t.Shuffle(config))] + ([("decontaminate", t.Decontaminate(config))]
-                                                       if cfg.decontaminate.eval_files else [])
+    stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
+              (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
+    stages.append(("shuffle", [t.Shuffle(config)]))
+    if cfg.decontaminate.eval_files:
+        stages.append(("decontaminate", [t.Decontaminate(config)]))
     part: dict = {"funnel": []}
-    for name, task in shard_stages + global_stages:
-        tasks = [task(config, i) for i in range(n)] if isinstance(task, type) else [task]
+    for name, tasks in stages:
         if not all(x.complete() for x in tasks):
             return part
+        if isinstance(tasks[0], t.ShardTask):  # its done file is its shard's manifest
+            manifests = [read(x.done_file()) for x in tasks]
+        else:
+            manifests = [read(manifest_path(p)) for p in tasks[0].shards()]
+        timed = list(tasks)
         if name == "dedup":
             clusters = t.DedupClusters(config)
-            tasks += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
+            timed += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
             part["dedup"] = read(clusters.done_file())
-        if isinstance(task, type):
-            manifests = [read(x.done_file()) for x in tasks if isinstance(x, task)]
-        else:
-            manifests = [read(manifest_path(p)) for p in task.shards()]
-        part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in tasks)))
         if name == "decontaminate":
-            part["decontaminate"] = {**read(task.done_file()), "key_threshold": cfg.decontaminate.key_threshold}
+            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": cfg.decontaminate.key_threshold}
+        part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed)))
     merged = t.MergeDataset(config)
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
@@ -224,10 +225,10 @@ def record_run(config: Path, record: dict) -> Path:
             folder = runs / f"{record['run']}-{k}"
     record["run"] = folder.name
     write_json(record, folder / "run.json")
-    history = [read(p) for p in sorted(runs.glob("*/run.json"))]
-    history = [r for r in history if r["run"] <= record["run"]][-cfg.run.results_runs:]
+    records = [read(p) for p in sorted(runs.glob("*/run.json"))]
+    history = [r for r in records if r["run"] <= record["run"]][-cfg.run.results_runs:]
     write_report(record, history, folder / "report.html")
     with atomic_path(cfg.run.work_dir / "report.html") as tmp:
         shutil.copyfile(folder / "report.html", tmp)
-    write_results(cfg.run.work_dir, [read(p) for p in sorted(runs.glob("*/run.json"))], cfg.run.results_runs)
+    write_results(cfg.run.work_dir, records, cfg.run.results_runs)
     return folder

@@ -467,6 +467,7 @@ class TrainGPT(RunTask):
         import sys
 
         from textmill.trainer.checkpoint import TRACKER
+        from textmill.trainer.train import read_metrics
 
         merged = json.loads(MergeDataset(self.config).done_file().read_text())
         start = self.start_from()
@@ -488,7 +489,7 @@ class TrainGPT(RunTask):
             code = proc.wait()
         if code != 0:
             raise RuntimeError(f"textmill train exited with status {code}; its log is {self.folder() / 'train.log'}")
-        records = [json.loads(line) for line in (self.checkpoints() / "metrics.jsonl").read_text().splitlines()]
+        records = read_metrics(self.checkpoints())
         valid = [r for r in records if "valid_loss" in r]
         self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),
                     valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=str(self.checkpoints()),
