@@ -293,6 +293,22 @@ def cmd_run(args) -> str:
     return "\n".join(run_lines(record, folder))
 
 
+RUN_HELP = """\
+Run the whole chain a TOML file describes as one Luigi graph: blacklist, scrape, dedup, clean, shuffle,
+decontaminate, tokenize, then (with [train] enabled) train, evaluate and export. Only what is not
+finished runs; `textmill run --example-config` prints a TOML file documenting every field.
+
+What it writes, under [run] work_dir (WORK):
+  WORK/<stage>/<key>/        each stage's output, in a folder named by the settings that made it
+  WORK/runs/<date_time>/     this run's record (run.json) and report.html
+  WORK/report.html           the newest run's report: funnel, histograms, loss curves, evaluation, timings
+  WORK/results.md            the last runs side by side, with REGRESSION notes (WORK/results.tsv: all runs)
+
+When it fails it exits with status 1 and Luigi's summary. `textmill status CONFIG` lists each failed task
+with its error; fix the cause and run again: finished tasks are kept, only the rest runs.
+"""
+
+
 def cmd_status(args) -> str:
     from collections import Counter
 
@@ -495,10 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
     p.set_defaults(func=cmd_checkpoint_convert)
 
-    from textmill import config
-
     p = sub.add_parser("run", help="Run the whole graph a TOML file describes, redoing only what is not finished.",
-                       description=config.__doc__, formatter_class=DocstringHelpFormatter)
+                       description=RUN_HELP, formatter_class=DocstringHelpFormatter)
     p.add_argument("config", type=Path, nargs="?", help="the run's TOML file")
     p.add_argument("--workers", type=int, default=1, help="tasks run at once by this process (Luigi workers)")
     p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
