@@ -2,7 +2,7 @@
 
     python benchmarks/bench_generate.py [--preset gpt2-124m] [--prompt-tokens 32] [--new-tokens 64]
 
-A randomly initialised model of the preset with the real GPT-2 vocabulary (../shared/data) is saved as a
+A randomly initialised model of the preset with the real GPT-2 vocabulary (tests/data) is saved as a
 checkpoint. Part 1 generates greedily from prompts of --prompt-tokens tokens, batch 1 and batch 8, with
 the cache and recomputing the whole prefix for every token; the ratio is against the uncached run of the
 same batch. Part 2 starts `textmill serve` on 127.0.0.1, measures one client's request latency, then 50
@@ -33,11 +33,11 @@ from textmill.trainer.checkpoint import save_checkpoint
 from textmill.trainer.generate import SamplingParams, TokenText, generate
 from textmill.trainer.model import GPT, GPTConfig, PRESETS
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TEST_DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 
 def make_checkpoint(root: Path, preset: str) -> tuple[GPT, GPT2Tokenizer]:
-    tokenizer = GPT2Tokenizer(SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt")
+    tokenizer = GPT2Tokenizer(TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt")
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=padded_vocab_size(tokenizer.vocab_size), **PRESETS[preset])).eval()
     (root / "tokenizer").mkdir(parents=True)

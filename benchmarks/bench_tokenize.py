@@ -3,7 +3,7 @@
     python benchmarks/bench_tokenize.py [--mb 20] [--workers 2]
 
 On about `--mb` MB of mixed English text (generated prose and LAMBADA passages, as loose JSON lines)
-with the real GPT-2 vocabulary (../shared/data):
+with the real GPT-2 vocabulary (tests/data):
 1. textmill tokenize end to end (read JSON, encode, write .bin/.idx) with `--workers` threads;
 2. the Megatron-style baseline: tools/preprocess_data.py's design, a multiprocessing pool of
    `--workers` processes running the pure-Python GPT-2 BPE over JSON lines (imap, chunksize 32), the
@@ -30,8 +30,8 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-VOCAB, MERGES = SHARED / "gpt2-vocab.json", SHARED / "gpt2-merges.txt"
+GPT2_DATA = ROOT / "tests" / "data"
+VOCAB, MERGES = GPT2_DATA / "gpt2-vocab.json", GPT2_DATA / "gpt2-merges.txt"
 
 
 def novel_word(rng: random.Random, word: str) -> str:
@@ -56,7 +56,7 @@ def write_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
     from textmill import synthweb
 
     rng = random.Random(seed)
-    lambada = [json.loads(line)["text"] for line in (SHARED / "lambada_test.jsonl").open()]
+    lambada = [json.loads(line)["text"] for line in (GPT2_DATA / "lambada_test.jsonl").open()]
     size = 0
     with open(path, "w", encoding="utf-8") as f:
         while size < megabytes * 1e6:
@@ -148,7 +148,7 @@ def main() -> None:
         print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
         return
     if not VOCAB.exists():
-        sys.exit(f"bench_tokenize: needs the GPT-2 files in {SHARED}")
+        sys.exit(f"bench_tokenize: needs the GPT-2 files in {GPT2_DATA}")
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -6,7 +6,7 @@ import random
 import pyarrow.parquet as pq
 
 from conftest import write_jsonl
-from test_tokenizers import MERGES, VOCAB, needs_gpt2
+from test_tokenizers import MERGES, VOCAB
 
 
 def test_clean_fixes_mojibake_and_rejects_with_reasons(tmp_path):
@@ -55,7 +55,6 @@ def test_approx_token_count_is_a_lower_bound_shape():
     assert approx_token_count("Hello world, it's   me") == 8  # Hello| world|,| it|'s|  | me + EOD
 
 
-@needs_gpt2
 def test_exact_bpe_count_with_a_vocabulary(tmp_path):
     tok = GPT2Tokenizer(VOCAB, MERGES)
     text = " ".join(synthweb.prose(random.Random(4), 1)) + " Antidisestablishmentarianism, photosynthesises."

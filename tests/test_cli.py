@@ -69,7 +69,7 @@ def test_killed_stage_leaves_nothing_finished_and_rerun_gives_same_bytes(tmp_pat
 
 @pytest.mark.slow
 def test_demo_runs_the_whole_chain(tmp_path):
-    from conftest import SHARED_DATA
+    from conftest import TEST_DATA
     from textmill.tokenizers.indexed import IndexedDataset
 
     import socket
@@ -78,7 +78,7 @@ def test_demo_runs_the_whole_chain(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     small = ["--pages", "60", "--num-shards", "2", "--train-iters", "20", "--port", port]
-    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), *small, "--lambada", str(SHARED_DATA / "lambada_test.jsonl"))
+    r = run_cli("demo", "--workdir", str(tmp_path / "demo"), *small, "--lambada", str(TEST_DATA / "lambada_test.jsonl"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     for stage in ("blacklist:", "scrape:", "dedup:", "clean:", "shuffle:", "decontaminate:"):

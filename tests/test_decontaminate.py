@@ -7,7 +7,7 @@ from textmill import synthweb
 from textmill.errors import TextmillError
 from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards, words_with_spans
 
-from conftest import SHARED_DATA, write_jsonl
+from conftest import TEST_DATA, write_jsonl
 
 
 def test_cuts_eval_passages_and_counts(tmp_path):
@@ -47,16 +47,15 @@ def test_bad_eval_set_is_a_clear_error(tmp_path):
         decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [tmp_path / "eval.jsonl"], DecontaminateConfig())
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
 def test_real_lambada_passage_is_removed(tmp_path):
     import json
 
-    lines = (SHARED_DATA / "lambada_test.jsonl").read_text().splitlines()
+    lines = (TEST_DATA / "lambada_test.jsonl").read_text().splitlines()
     passage = json.loads(lines[17])["text"]
     rng = random.Random(8)
     filler = " ".join(synthweb.prose(rng, 3))
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "x", "text": filler + " " + passage + " " + filler}])
-    [m], _ = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [SHARED_DATA / "lambada_test.jsonl"], DecontaminateConfig())
+    [m], _ = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [TEST_DATA / "lambada_test.jsonl"], DecontaminateConfig())
     assert m["documents_touched"] == 1
     text = " ".join(r["text"] for r in pq.read_table(tmp_path / "out" / "d.parquet").to_pylist())
     assert passage[:100] not in text

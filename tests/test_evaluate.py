@@ -15,9 +15,9 @@ from textmill.trainer.checkpoint import load_model
 from textmill.trainer.lambada import Cloze, evaluate_lambada, make_cloze, score_clozes
 from textmill.trainer.train import Trainer
 
-from conftest import SHARED_DATA, run_cli, train_args, write_jsonl
+from conftest import TEST_DATA, run_cli, train_args, write_jsonl
 
-LAMBADA = SHARED_DATA / "lambada_test.jsonl"
+LAMBADA = TEST_DATA / "lambada_test.jsonl"
 def held_out_passages(n, seed=11):
     """Passages of 10 to 80 words of generated prose the model was not trained on."""
     rng = random.Random(seed)
@@ -26,7 +26,7 @@ def held_out_passages(n, seed=11):
 
 # -- LAMBADA ---------------------------------------------------------------------------------------------
 def test_cloze_split_follows_megatron():
-    tok = GPT2Tokenizer(SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt")
+    tok = GPT2Tokenizer(TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt")
     text = 'She looked at the stone in her palm.\n\n"Figured you might want it," said Harlin.'
     loose = make_cloze(text, tok, strict=False)
     assert loose.context + loose.target == tok.encode(text) and len(loose.target) == 1
@@ -144,8 +144,8 @@ def write_hf_gpt2(folder, **config):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, **config)).eval()
     model.save_pretrained(folder)
-    shutil.copyfile(SHARED_DATA / "gpt2-vocab.json", folder / "vocab.json")
-    shutil.copyfile(SHARED_DATA / "gpt2-merges.txt", folder / "merges.txt")
+    shutil.copyfile(TEST_DATA / "gpt2-vocab.json", folder / "vocab.json")
+    shutil.copyfile(TEST_DATA / "gpt2-merges.txt", folder / "merges.txt")
     return model
 
 
@@ -197,7 +197,7 @@ def test_bad_input_is_one_clear_error(gpt2_ckpt, tmp_path):
     assert f"{bad}:2:" in error("evaluate", "lambada", "--load", str(gpt2_ckpt), "--valid-data", str(bad))
     assert "no checkpoint" in error("evaluate", "lambada", "--load", str(tmp_path), "--valid-data", str(LAMBADA))
     mismatch = error("evaluate", "lambada", "--load", str(gpt2_ckpt), "--valid-data", str(LAMBADA),
-                     "--vocab-file", str(SHARED_DATA / "gpt2-vocab.json"), "--merge-file", str(SHARED_DATA / "gpt2-merges.txt"))
+                     "--vocab-file", str(TEST_DATA / "gpt2-vocab.json"), "--merge-file", str(TEST_DATA / "gpt2-merges.txt"))
     assert "50257 tokens" in mismatch and "512" in mismatch
     assert "config.json" in error("import", "hf", str(tmp_path), "--save", str(tmp_path / "x"))
     (tmp_path / "bert").mkdir()

@@ -3,12 +3,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote, unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from textmill import synthweb
+from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import UrlRules, blacklist_files
 from textmill.pipeline.scrape import ScrapeConfig, extract, scrape_shards
 from textmill.pipeline.shards import list_shards
@@ -105,3 +112,79 @@ def test_killed_scrape_resumes_without_refetching(tmp_path):
         assert srv.hits[path] == hits_before[path] == 1
     assert not journal.exists()
     assert pq.read_table(out / "urls.parquet").column("url").to_pylist() == [base + p for p in web.url_paths]
+
+
+# Hosts that aiohttp's URL parser (yarl, IDNA) normalises to 127.0.0.1: full-width digits, ideographic full
+# stops, circled digits, and one full-width digit in an otherwise ASCII address.
+LOOPBACK_DISGUISES = ["１２７.０.０.１", "127。0。0。1", "①②⑦.⓪.⓪.①", "127.0.0.１"]
+
+
+def url_shard_of(path: Path, urls: list[str]) -> Path:
+    """A URL shard written directly (as another tool might), without the blacklist's URL checks."""
+    from textmill.pipeline.shards import URL_SCHEMA, write_table
+
+    rows = [{"id": f"u{i}", "url": u, "source": f"test:{i}"} for i, u in enumerate(urls)]
+    write_table(pa.Table.from_pylist(rows, schema=URL_SCHEMA), path)
+    return path
+
+
+@contextmanager
+def redirector(host: str):
+    """A server on `host` that answers /to?URL with a 302 to URL, and /page with a small article."""
+    hits = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            if self.path.startswith("/to?"):
+                self.send_response(302)
+                # The raw UTF-8 bytes of the target, as a hostile server sends them.
+                self.send_header("Location", unquote(self.path[4:]).encode("utf-8").decode("latin-1"))
+                self.end_headers()
+                return
+            body = f"<html><head><title>Mirror</title></head><body><p>{'A mirrored paragraph of text. ' * 40}</p></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body.encode())))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer((host, 0), Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{srv.server_address[1]}", hits
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_disguised_loopback_hosts_are_blocked_on_the_first_hop(tmp_path, server):
+    port = server.server_address[1]
+    shard = url_shard_of(tmp_path / "urls.parquet", [f"http://{h}:{port}/article/1.html" for h in LOOPBACK_DISGUISES])
+    [m] = scrape_shards([shard], tmp_path / "sc", ScrapeConfig(timeout_s=5.0), extract_workers=0)
+    assert m["reasons"] == {"blocked_address": len(LOOPBACK_DISGUISES)}
+    assert server.hits == {}
+
+
+def test_disguised_loopback_hosts_are_blocked_after_a_redirect(tmp_path, server):
+    """127.0.0.2 is allowed (a mirror); its redirects to the loopback server in disguise are not followed."""
+    port = server.server_address[1]
+    with redirector("127.0.0.2") as (mirror, mirror_hits):
+        targets = [f"http://{h}:{port}/article/1.html" for h in LOOPBACK_DISGUISES]
+        urls = [f"{mirror}/to?{quote(t, safe='')}" for t in targets] + [f"{mirror}/to?{quote(mirror + '/page', safe='')}"]
+        shard = url_shard_of(tmp_path / "urls.parquet", urls)
+        cfg = ScrapeConfig(timeout_s=5.0, allow_networks=("127.0.0.2/32",))
+        [m] = scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=0)
+    assert m["reasons"] == {"blocked_address": len(LOOPBACK_DISGUISES)}
+    assert m["counts"]["kept"] == 1  # the allowed mirror's own page, reached through its redirect
+    assert len(mirror_hits) == len(urls) + 1
+    assert server.hits == {}
+
+
+def test_allow_networks_must_be_networks():
+    with pytest.raises(TextmillError, match="'localhost' is not an address or network"):
+        ScrapeConfig(allow_networks=("localhost",))

@@ -14,15 +14,15 @@ from textmill.tokenizers.blend import blending_indices, parse_data_path, samples
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
 from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter
 
-from conftest import SHARED_DATA, run_cli, write_jsonl
-from test_tokenizers import MERGES, VOCAB, hf_tokenizer, needs_gpt2
+from conftest import TEST_DATA, run_cli, write_jsonl
+from test_tokenizers import MERGES, VOCAB, hf_tokenizer
 
 GPT2_FILES = ("--vocab-file", str(VOCAB), "--merge-file", str(MERGES))
 
 
 def corpus_rows(n: int = 120) -> list[dict]:
     rng = random.Random(11)
-    lambada = [json.loads(line)["text"] for line in (SHARED_DATA / "lambada_test.jsonl").open()][:n]
+    lambada = [json.loads(line)["text"] for line in (TEST_DATA / "lambada_test.jsonl").open()][:n]
     rows = [{"text": t, "title": f"t{i}"} for i, t in enumerate(lambada)]
     rows += [{"text": "\n\n".join(synthweb.prose(rng, 3)), "title": "web"} for _ in range(n)]
     rows.insert(7, {"text": "", "title": "empty"})  # Megatron keeps it as a document with no sequence
@@ -50,7 +50,6 @@ def megatron_preprocess(lines: list[str], tokenize, eod: int, vocab_size: int, a
     builder.finalize(f"{prefix}.idx")
 
 
-@needs_gpt2
 @pytest.mark.parametrize("append_eod", [True, False])
 def test_bin_idx_are_byte_identical_to_megatron_preprocess_data(tmp_path, append_eod):
     from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
@@ -94,7 +93,6 @@ def test_megatron_builder_files_read_by_ours(tmp_path):
         assert [s.tolist() for s in ours.document(d)] == [s.tolist() for s in doc]
 
 
-@needs_gpt2
 def test_bad_records_are_counted_with_line_numbers_and_never_dropped(tmp_path):
     good = [json.dumps({"text": f"document number {i}."}) for i in range(6)]
     lines = [good[0], "{not json", good[1], json.dumps({"body": "x"}), json.dumps({"text": ["a", "b"]}),
@@ -116,7 +114,6 @@ def test_bad_records_are_counted_with_line_numbers_and_never_dropped(tmp_path):
     assert [tok.decode(ds[i].tolist()) for i in range(len(ds))] == [f"document number {i}.<|endoftext|>" for i in range(6)]
 
 
-@needs_gpt2
 def test_shuffle_stage_parquet_in_any_worker_count_gives_the_same_bytes(tmp_path):
     rows = [r for r in corpus_rows(60) if r["text"]]
     docs = write_jsonl(tmp_path / "docs.jsonl", rows)
@@ -138,7 +135,6 @@ def test_shuffle_stage_parquet_in_any_worker_count_gives_the_same_bytes(tmp_path
     assert [ds[i].tolist() for i in range(len(ds))] == [tok.encode(t) + [tok.eod] for t in texts]
 
 
-@needs_gpt2
 def test_a_failing_input_leaves_no_dataset(tmp_path):
     import pyarrow as pa
 

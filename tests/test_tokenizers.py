@@ -11,14 +11,13 @@ from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_mer
 from textmill.tokenizers.train import train_bpe, vocab_files
 from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
 
-from conftest import SHARED_DATA
+from conftest import TEST_DATA
 
-VOCAB, MERGES = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"
-needs_gpt2 = pytest.mark.skipif(not VOCAB.exists(), reason="needs ../shared/data")
+VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
 
 
 def test_worked_example_layout(tmp_path):
-    """REFERENCE.md 1.2: 3 documents of 5, 3 and 4 tokens in uint16 -> 24-byte .bin, 102-byte .idx."""
+    """docs/REFERENCE.md section 1.2: 3 documents of 5, 3 and 4 tokens in uint16 -> 24-byte .bin, 102-byte .idx."""
     w = IndexedDatasetWriter(tmp_path / "ex", np.uint16)
     for doc in ([1, 2, 3, 4, 5], [6, 7, 8], [9, 10, 11, 50256]):
         w.add_document(doc)
@@ -68,7 +67,6 @@ TEXTS = [
 ]
 
 
-@needs_gpt2
 def test_tiktoken_engine_matches_reference_gpt2():
     vocab, merges = load_vocab_merges(VOCAB, MERGES)
     assert len(vocab) == 50257 and len(merges) == 50000
@@ -83,7 +81,6 @@ def test_tiktoken_engine_matches_reference_gpt2():
     assert tok.encode("Hello world") == [15496, 995]  # the well-known GPT-2 ids
 
 
-@needs_gpt2
 def test_mismatched_files_are_refused(tmp_path):
     lines = MERGES.read_text().split("\n")
     (tmp_path / "merges.txt").write_text("\n".join([lines[0], lines[2], lines[1], *lines[3:]]))
@@ -106,7 +103,7 @@ def hf_tokenizer(tmp_path, vocab, merges):
 
 def varied_texts(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    lambada = [json.loads(line)["text"] for line in (SHARED_DATA / "lambada_test.jsonl").open()][:300]
+    lambada = [json.loads(line)["text"] for line in (TEST_DATA / "lambada_test.jsonl").open()][:300]
     alphabet = [chr(c) for c in range(32, 0x2FF)] + list("\n\t  日本😀") + ["'s", "'ll", "'re", " 12", "...", "\r\n"]
     return TEXTS + lambada + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300))) for _ in range(n)]
 
@@ -123,7 +120,6 @@ def five_mb_document() -> str:
     return "".join(parts)
 
 
-@needs_gpt2
 def test_ids_match_hugging_face_gpt2_and_the_reference(tmp_path):
     hf = hf_tokenizer(tmp_path, VOCAB, MERGES)
     ours = GPT2Tokenizer(VOCAB, MERGES)
@@ -143,7 +139,6 @@ def training_texts() -> list[str]:
     return ["\n\n".join(synthweb.prose(rng, 4)) for _ in range(300)] + varied_texts(300, seed=3)
 
 
-@needs_gpt2
 def test_trained_bpe_is_a_gpt2_vocabulary_that_every_loader_agrees_on(tmp_path):
     texts = training_texts()
     tok = train_bpe(iter(texts), 1200, tmp_path / "a" / "bpe")

@@ -18,7 +18,7 @@ from textmill.tokenizers.indexed import IndexedDataset
 from textmill.workflows.runner import run_workflow
 from textmill.workflows.tasks import MergeDataset, ScrapeShard
 
-from conftest import SHARED_DATA, run_cli
+from conftest import TEST_DATA, run_cli
 
 CONFIG = """
 [run]
@@ -289,8 +289,8 @@ def test_end_to_end_trains_evaluates_exports_and_retrains_alone(tmp_path, site):
 @pytest.mark.slow
 def test_a_retrain_on_a_grown_corpus_starts_from_the_latest_model_when_asked(tmp_path, site):
     config = make_run(tmp_path, site, files=2, train="true")
-    text = config.read_text().replace("vocab_size = 600", f'vocab_file = "{SHARED_DATA / "gpt2-vocab.json"}"\n'
-                                      f'merge_file = "{SHARED_DATA / "gpt2-merges.txt"}"')
+    text = config.read_text().replace("vocab_size = 600", f'vocab_file = "{TEST_DATA / "gpt2-vocab.json"}"\n'
+                                      f'merge_file = "{TEST_DATA / "gpt2-merges.txt"}"')
     config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "latest"'))
     first = run_workflow(config)
     assert first.ok and first.record["train"]["started_from"] is None  # nothing earlier: from scratch

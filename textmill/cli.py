@@ -52,6 +52,7 @@ def scrape_config(args):
         max_bytes=args.max_bytes,
         max_redirects=args.max_redirects,
         allow_private=args.allow_private_addresses,
+        allow_networks=tuple(args.allow_network),
         keep_html=args.keep_html,
     )
 
@@ -362,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-redirects", type=int, default=5, help="redirects followed per URL")
     p.add_argument("--allow-private-addresses", action="store_true",
                    help="fetch from private, loopback and link-local addresses (refused by default)")
+    p.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                   help="fetch from this non-public address or network all the same, e.g. a local mirror at "
+                   "10.0.0.5 or 127.0.0.2/32 (repeatable; narrower than --allow-private-addresses)")
     p.add_argument("--keep-html", action="store_true", help="also write NAME.html.parquet with the raw HTML of each fetched page")
     p.add_argument("--extract-workers", type=int, default=2, help="processes running newspaper3k (0: threads in this process)")
     p.set_defaults(func=cmd_scrape)

@@ -7,7 +7,7 @@ the wrong type, are errors naming the field.
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,11 +15,6 @@ from textmill.errors import TextmillError
 from textmill.pipeline.clean import CleanConfig
 from textmill.pipeline.decontaminate import DecontaminateConfig
 from textmill.pipeline.dedup import DedupConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 EXAMPLE = """\
 # A textmill run: `textmill run run.toml`. Relative paths are relative to this file.
@@ -41,6 +36,7 @@ timeout_s = 30.0             # hard wall-clock limit per URL
 max_bytes = 5242880          # largest page accepted
 max_redirects = 5
 allow_private_addresses = false  # fetch from private/loopback addresses (the demo's local web needs true)
+allow_networks = []          # non-public addresses or networks (CIDR) fetched all the same, e.g. ["10.0.0.5"]
 keep_html = false            # keep the raw HTML beside each shard
 
 [dedup]
@@ -127,6 +123,7 @@ class ScrapeSection:
     max_bytes: int = 5 * 1024 * 1024
     max_redirects: int = 5
     allow_private_addresses: bool = False
+    allow_networks: tuple[str, ...] = ()
     keep_html: bool = False
 
 
@@ -252,9 +249,10 @@ def section_values(name: str, cls, raw: dict, base: Path):
         default = known[key].default
         where = f"[{name}] {key}"
         if isinstance(default, tuple):
+            paths = "Path" in str(known[key].type)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise TextmillError(f"{where} must be a list of paths")
-            value = tuple(resolve(v, base) for v in value)
+                raise TextmillError(f"{where} must be a list of {'paths' if paths else 'strings'}")
+            value = tuple(resolve(v, base) for v in value) if paths else tuple(value)
         elif isinstance(default, Path) or key in ("vocab_file", "merge_file"):
             if not isinstance(value, str):
                 raise TextmillError(f"{where} must be a path (a string)")

@@ -12,7 +12,6 @@ dropped whole. Fragments become their own records, with ids `<id>-<k>`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -22,7 +21,7 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, JSON_LINE_REASONS, ShardStage, iter_documents, iter_json_lines
 
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")
@@ -63,20 +62,14 @@ def words_with_spans(text: str) -> list[tuple[str, int, int]]:
 def read_eval_texts(path: Path, key: str = "text") -> Iterator[str]:
     """Texts of an evaluation set in loose JSON (LAMBADA's format); a bad line is an error."""
     try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise TextmillError(f"cannot read evaluation set {path}: {exc.strerror}") from None
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise TextmillError(f"{path}:{lineno}: not valid JSON ({exc})") from None
+        for lineno, _, obj, reason in iter_json_lines(path):
+            if reason:
+                raise TextmillError(f"{path}:{lineno}: {JSON_LINE_REASONS[reason]}")
             if not isinstance(obj, dict) or not isinstance(obj.get(key), str):
                 raise TextmillError(f"{path}:{lineno}: no string field {key!r}")
             yield obj[key]
+    except OSError as exc:
+        raise TextmillError(f"cannot read evaluation set {path}: {exc.strerror}") from None
 
 
 def eval_ngrams(paths: Iterable[Path], cfg: DecontaminateConfig) -> EvalNgrams:

@@ -4,7 +4,11 @@ newspaper3k, and keep per-URL metadata.
 Fetching is asyncio + aiohttp with a hard wall-clock deadline per URL (DNS, connect, redirects and the
 whole body included, not just a socket timeout), a size cap counted on the decompressed body, bounded
 redirects followed by hand so every hop is checked, and http/https only. Private, loopback and link-local
-addresses are refused unless `allow_private` is set (tests and the demo serve from 127.0.0.1).
+addresses are refused unless `allow_private` is set (tests and the demo serve from 127.0.0.1) or the address
+is in one of `allow_networks` (a local mirror, say). The address checked is the one connected to: each hop's
+URL is parsed once by yarl, the parser aiohttp itself uses, whose IDNA step turns full-width or circled
+digits and ideographic full stops into ASCII (`１２７。０.０.①` is 127.0.0.1); an IP literal is checked on that
+form, and every other host by the resolver aiohttp connects through.
 
 Extraction runs newspaper3k on the HTML we fetched (never its own downloader, never its `nlp()`), in a
 process pool so the event loop keeps fetching while pages are parsed.
@@ -31,7 +35,9 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import pyarrow as pa
 from tqdm import tqdm
+from yarl import URL
 
+from textmill.errors import TextmillError
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -46,33 +52,43 @@ class ScrapeConfig:
     max_bytes: int = 5 * 1024 * 1024  # largest body accepted (after decompression)
     max_redirects: int = 5
     allow_private: bool = False  # fetch from private/loopback/link-local addresses
+    allow_networks: tuple[str, ...] = ()  # non-public networks (CIDR) fetched all the same, e.g. a mirror
     keep_html: bool = False  # write NAME.html.parquet so text can be re-extracted without re-fetching
     user_agent: str = "textmill/0.1 (corpus builder)"
 
+    def __post_init__(self):
+        for network in self.allow_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise TextmillError(f"allow_networks: {network!r} is not an address or network (CIDR)") from None
+
     def params(self) -> dict:
         return asdict(self)
+
+    def address_allowed(self, address: str) -> bool:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if self.allow_private or ip.is_global:
+            return True
+        return any(ip in ipaddress.ip_network(n, strict=False) for n in self.allow_networks)
 
 
 class BlockedAddress(OSError):
     """Raised by the resolver for a host that resolves to a non-public address."""
 
 
-def is_public_address(address: str) -> bool:
-    return ipaddress.ip_address(address.split("%")[0]).is_global
-
-
 class GuardedResolver(aiohttp.ThreadedResolver):
     """DNS that refuses hosts resolving to non-public addresses, so no hop of a redirect chain can
     reach an internal service; the addresses it checked are the ones aiohttp connects to."""
 
-    def __init__(self, allow_private: bool):
+    def __init__(self, cfg: ScrapeConfig):
         super().__init__()
-        self.allow_private = allow_private
+        self.cfg = cfg
         self.blocked: set[str] = set()
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
         infos = await super().resolve(host, port, family)
-        if not self.allow_private and any(not is_public_address(i["host"]) for i in infos):
+        if not all(self.cfg.address_allowed(i["host"]) for i in infos):
             self.blocked.add(host)
             raise BlockedAddress(f"{host} resolves to a non-public address")
         return infos
@@ -98,15 +114,18 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
     visited = {url}
     current = url
     for _ in range(cfg.max_redirects + 1):
-        parts = urlsplit(current)
-        if parts.scheme not in ("http", "https"):
+        try:
+            target = URL(current)  # parsed once: the host checked below is the host aiohttp connects to
+        except (ValueError, UnicodeError):
+            return Fetched(current, reason="bad_url")
+        if target.scheme not in ("http", "https"):
             return Fetched(current, reason="bad_scheme")
-        host = parts.hostname or ""
-        # aiohttp skips the resolver for IP literals, so they are checked here.
-        if _ip_literal(host) and not cfg.allow_private and not is_public_address(host):
+        host = target.raw_host or ""
+        # aiohttp skips the resolver for IP literals, so they are checked here, in their normalised form.
+        if _ip_literal(host) and not cfg.address_allowed(host):
             return Fetched(current, reason="blocked_address")
         try:
-            async with session.get(current, allow_redirects=False) as resp:
+            async with session.get(target, allow_redirects=False) as resp:
                 if resp.status in REDIRECT_CODES:
                     location = resp.headers.get("Location")
                     if not location:
@@ -196,7 +215,7 @@ async def _scrape_pending(
     pending: list[dict], cfg: ScrapeConfig, extractor: Executor | None, journal, progress: tqdm
 ) -> None:
     loop = asyncio.get_running_loop()
-    resolver = GuardedResolver(cfg.allow_private)
+    resolver = GuardedResolver(cfg)
     connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout_s, sock_read=cfg.timeout_s)
     queue: Iterator[dict] = iter(pending)

@@ -300,19 +300,45 @@ def is_loose_json(path: Path) -> bool:
     return path.suffix.lower() in (".jsonl", ".json")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(value) -> bool:
+    """Whether a parsed JSON value holds a string with a lone surrogate (JSON's `"\\ud800"` escape parses to
+    one, though no UTF-8 text can hold it: Parquet, tokenizers and files reject it later)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_lone_surrogate(v) for v in value)
+    return False
+
+
+JSON_LINE_REASONS = {"undecodable": "not valid UTF-8", "invalid_json": "not valid JSON",
+                     "invalid_unicode": "a lone surrogate escape (\\ud800-\\udfff), which is not text"}
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
     """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file, or
-    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON."""
+    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON (`undecodable`,
+    `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`); JSON_LINE_REASONS says each."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                yield lineno, raw, json.loads(raw.decode("utf-8")), None
+                value = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 yield lineno, raw, None, "undecodable"
-            except json.JSONDecodeError:
+                continue
+            except (json.JSONDecodeError, RecursionError):
                 yield lineno, raw, None, "invalid_json"
+                continue
+            if b"\\u" in raw and has_lone_surrogate(value):  # only an escape can make one
+                yield lineno, raw, None, "invalid_unicode"
+                continue
+            yield lineno, raw, value, None
 
 
 def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:

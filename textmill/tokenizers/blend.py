@@ -1,6 +1,6 @@
 """Weighted blends of several datasets, as Megatron reads `--data-path w1 p1 w2 p2 ...`.
 
-REFERENCE.md section 1.7: weights are normalised by their sum; dataset i is asked for
+docs/REFERENCE.md section 1.7: weights are normalised by their sum; dataset i is asked for
 ceil(ceil(n * w_i) * (1 + surplus)) samples; samples are interleaved greedily and without randomness:
 sample k comes from the dataset whose share is furthest behind, argmax_i(w_i * max(k, 1) - used_i),
 the lowest index on ties (megatron-core helpers.cpp `build_blending_indices`).

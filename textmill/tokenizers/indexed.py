@@ -1,6 +1,6 @@
 """Megatron-LM's mmap indexed dataset: `<prefix>.bin` (token ids, no header) and `<prefix>.idx`.
 
-.idx layout (REFERENCE.md section 1.2), header little-endian, arrays native (little-endian on x86):
+.idx layout (docs/REFERENCE.md section 1.2), header little-endian, arrays native (little-endian on x86):
     magic b"MMIDIDX\\x00\\x00" | version <Q = 1 | dtype code <B | sequence count <Q | document count <Q
     | int32[S] sequence lengths | int64[S] byte pointers into .bin | int64[D+1] document indices
 Document mode: one sequence per document, document indices [0, 1, ..., S].

@@ -1,4 +1,4 @@
-"""Checkpoints in Megatron's directory layout (REFERENCE.md section 7.1), in either of Megatron's formats:
+"""Checkpoints in Megatron's directory layout (docs/REFERENCE.md section 7.1), in either of Megatron's formats:
 
     <save>/latest_checkpointed_iteration.txt           "<iteration>" or "release"
     --ckpt-format torch (one process):
@@ -13,15 +13,24 @@ state), never by layout, so a checkpoint loads into any other parallel layout: t
 reads each rank's part of each tensor from whichever files hold it.
 
 A checkpoint directory is written under a temporary name and renamed into place, and the tracker file is
-rewritten after that, so a killed save never leaves a directory that `--load` would pick up. Loading never
-unpickles arbitrary objects: `torch.load(weights_only=True)` for the single file; in the distributed
-format only tensors are stored (torch.distributed.checkpoint would unpickle anything else), the rest is JSON.
+rewritten after that, so a killed save never leaves a directory that `--load` would pick up.
+
+Loading never runs code from the checkpoint folder. The single file is read with
+`torch.load(weights_only=True)`. In the distributed format torch.distributed.checkpoint would read
+`.metadata` with plain `pickle.load`, and would `torch.load(weights_only=False)` any entry the metadata
+declares as bytes; textmill reads `.metadata` itself through an unpickler that admits only the classes DCP
+metadata is made of (`SafeMetadataUnpickler`), accepts only tensor entries stored in the folder's own
+`__R_0.distcp` files, and hands that metadata to DCP (`VerifiedReader`). Everything that is not a tensor
+is JSON (`textmill.json`).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -37,6 +46,72 @@ TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = Path("mp_rank_00") / "model_optim_rng.pt"
 META_FILE = "textmill.json"
 CHECKPOINT_VERSION = 3.0
+
+
+DCP_FILE = re.compile(r"^__\d+_\d+\.distcp$")
+
+
+class SafeMetadataUnpickler(pickle.Unpickler):
+    """Unpickles torch.distributed.checkpoint's `.metadata` admitting only the classes that file is made of
+    (checked against what DCP writes); any other global, whatever it would do, is refused. BytesStorageMetadata
+    is left out on purpose: DCP would torch.load such an entry with weights_only=False, and textmill stores
+    tensors only."""
+
+    ALLOWED = {
+        "torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "TensorProperties",
+                                                  "ChunkStorageMetadata", "MetadataIndex", "StorageMeta",
+                                                  "_MEM_FORMAT_ENCODING"},
+        "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+        "torch.serialization": {"_get_layout"},  # a lookup of torch.strided and friends by name
+        "torch": {"Size"},
+        "pathlib": {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"},
+    }
+
+    def find_class(self, module: str, name: str):
+        if name in self.ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"refused {module}.{name}: not a part of checkpoint metadata")
+
+
+def read_dcp_metadata(folder: Path):
+    """The `.metadata` of a torch.distributed.checkpoint folder, read without running code from it and checked
+    to point only at shard files of this folder."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    file = folder / ".metadata"
+    try:
+        metadata = SafeMetadataUnpickler(io.BytesIO(file.read_bytes())).load()
+    except Exception as exc:  # a refused global, a truncated or foreign file: all one answer
+        raise TextmillError(f"{file}: refused, not checkpoint metadata textmill can trust ({exc}); "
+                            "use a checkpoint written by textmill") from None
+    bad = None
+    if not isinstance(metadata, Metadata):
+        bad = f"holds a {type(metadata).__name__}, not DCP metadata"
+    elif any(not isinstance(i, _StorageInfo) or not DCP_FILE.match(str(i.relative_path)) or i.transform_descriptors
+             for i in (metadata.storage_data or {}).values()):
+        bad = "points at data outside its own __R_0.distcp files"
+    if bad:
+        raise TextmillError(f"{file}: refused, {bad}; use a checkpoint written by textmill")
+    return metadata
+
+
+def verified_reader(folder: Path):
+    """A DCP storage reader for `folder` whose metadata is the one `read_dcp_metadata` checked."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class VerifiedReader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            metadata = read_dcp_metadata(folder)
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = getattr(self, "load_id", None)  # as FileSystemReader sets it
+            return metadata
+
+    return VerifiedReader(folder)
 
 
 def checkpoint_dir(root: Path, iteration: int | str) -> Path:
@@ -111,9 +186,7 @@ class Checkpoint:
         """Flattened names of the tensors stored ("model.wte.weight", "rng.rank0.torch", ...)."""
         if self.format == "torch":
             return set(flatten(self.full))
-        import torch.distributed.checkpoint as dcp
-
-        return set(dcp.FileSystemReader(self.path).read_metadata().state_dict_metadata)
+        return set(read_dcp_metadata(self.path).state_dict_metadata)
 
     def load_into(self, template: dict) -> dict:
         """Fill `template` (nested dicts of tensors or DTensors, shaped for the current layout) with the
@@ -128,7 +201,7 @@ class Checkpoint:
         try:
             with warnings.catch_warnings():  # DCP warns when it reads in one plain process, which is intended
                 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load(template, checkpoint_id=self.path)
+                dcp.load(template, storage_reader=verified_reader(self.path))
         except Exception as exc:  # DCP wraps per-rank failures in CheckpointException
             raise TextmillError(f"{self.path}: cannot be read into this model ({type(exc).__name__}: "
                                 f"{str(exc).strip().splitlines()[-1][:300]})") from None
@@ -158,6 +231,7 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
         return None
     path = checkpoint_dir(root, iteration)
     if (path / ".metadata").exists():
+        read_dcp_metadata(path)  # refused here, with its own message, before anything else reads the folder
         try:
             meta = json.loads((path / META_FILE).read_text())
         except (OSError, ValueError) as exc:

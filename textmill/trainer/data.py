@@ -1,6 +1,6 @@
 """GPT training data from Megatron `.bin/.idx` datasets: split, sample index, shuffle, blend.
 
-Megatron's GPTDataset (REFERENCE.md section 3), index for index:
+Megatron's GPTDataset (docs/REFERENCE.md section 3), index for index:
 - `--split 969,30,1` cuts the sequences of each dataset into contiguous train/valid/test ranges;
 - a split is repeated for as many epochs as `num_samples * seq_len + 1` tokens need; the document order of
   all epochs is shuffled with `RandomState(seed)` (a short last epoch is shuffled on its own, so it is never

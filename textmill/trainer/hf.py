@@ -8,7 +8,7 @@ SwiGLU, no biases) `LlamaForCausalLM`; other mixtures have no Hugging Face class
 The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
 version 2.0) groups the rows of the [3h, h] matrix per head, [heads, (q, k, v), head_dim]; GPT-2 wants
 [Q all heads; K all heads; V all heads], stored transposed because its `Conv1D` keeps [in, out]; LLaMA
-wants three separate [h, h] matrices (REFERENCE.md section 7.3). The embedding keeps only the real
+wants three separate [h, h] matrices (docs/REFERENCE.md section 7.3). The embedding keeps only the real
 vocabulary's rows on export and gets Megatron's padding back, as zero rows, on import.
 """
 

@@ -1,4 +1,4 @@
-"""LAMBADA last-word prediction, scored as Megatron-LM's tasks/zeroshot_gpt does (REFERENCE.md section 5).
+"""LAMBADA last-word prediction, scored as Megatron-LM's tasks/zeroshot_gpt does (docs/REFERENCE.md section 5).
 
 Each passage splits into a context and a target:
   - default: the target is the passage's last BPE token (often only a piece of the last word);
@@ -15,7 +15,6 @@ padding rows are not tokens), and a passage longer than the model's positions ke
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,24 +34,22 @@ class Cloze:
 
 def read_clozes(path: Path, tokenizer, strict: bool) -> list[Cloze]:
     """One cloze per line of a LAMBADA JSON-lines file ({"text": ...}); any other line is an error."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TextmillError(f"{path}: {exc}") from None
+    from textmill.pipeline.shards import JSON_LINE_REASONS, iter_json_lines
+
     clozes = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            text = json.loads(line)["text"]
-        except (ValueError, KeyError, TypeError):
-            raise TextmillError(f"{path}:{n}: expected a JSON object with a \"text\" string") from None
-        if not isinstance(text, str) or not text.split():
-            raise TextmillError(f"{path}:{n}: \"text\" must be a non-empty string")
-        cloze = make_cloze(text, tokenizer, strict)
-        if not cloze.context:
-            raise TextmillError(f"{path}:{n}: the passage has nothing before its last word to predict it from")
-        clozes.append(cloze)
+    try:
+        for n, _, obj, reason in iter_json_lines(Path(path)):
+            if reason:
+                raise TextmillError(f"{path}:{n}: {JSON_LINE_REASONS[reason]}")
+            text = obj.get("text") if isinstance(obj, dict) else None
+            if not isinstance(text, str) or not text.split():
+                raise TextmillError(f"{path}:{n}: expected a JSON object with a non-empty \"text\" string")
+            cloze = make_cloze(text, tokenizer, strict)
+            if not cloze.context:
+                raise TextmillError(f"{path}:{n}: the passage has nothing before its last word to predict it from")
+            clozes.append(cloze)
+    except OSError as exc:
+        raise TextmillError(f"{path}: {exc.strerror or exc}") from None
     if not clozes:
         raise TextmillError(f"{path}: no passages")
     return clozes

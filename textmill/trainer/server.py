@@ -32,6 +32,11 @@ from textmill.trainer.generate import Generation, SamplingParams, TokenText, gen
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
+MAX_SEED = 2**64 - 1  # the largest seed torch.Generator takes
+# Below these, float32 logits and probabilities overflow or round to zero and sampling breaks down; such
+# settings mean greedy decoding, which top_k=1 (or an OpenAI temperature of 0) asks for exactly.
+MIN_TEMPERATURE = 1e-3
+MIN_TOP_P = 1e-6
 
 
 class BadRequest(ValueError):
@@ -51,6 +56,24 @@ def is_int(value) -> bool:
 
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_small(value, name: str, high: float, zero_ok: bool, message: str, smallest: float) -> float:
+    """A temperature or top_p: a number in [0, high] (0 only where it means something), and 0 or at least
+    `smallest`."""
+    if not is_number(value) or not 0.0 <= value <= high or (value == 0.0 and not zero_ok):
+        raise BadRequest(message)
+    if 0.0 < value < smallest:
+        raise BadRequest(f"{name} must be at least {smallest} (for greedy decoding ask for top_k=1)")
+    return float(value)
+
+
+def check_seed(value, name: str, low: int, message: str) -> int:
+    if not is_int(value):
+        raise BadRequest(message)
+    if not low <= value <= MAX_SEED:
+        raise BadRequest(f"{name} must be between {low} and {MAX_SEED}")
+    return value
 
 
 def check_bool(data: dict, name: str, default: bool = False) -> bool:
@@ -96,15 +119,13 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
     logprobs = check_bool(data, "logprobs")
     if n == 0 and not logprobs:
         raise BadRequest("tokens_to_generate=0 implies logprobs should be True")
-    temperature = data.get("temperature", 1.0)
-    if not is_number(temperature) or not 0.0 < temperature <= 100.0:
-        raise BadRequest("temperature must be a positive number less than or equal to 100.0")
+    temperature = check_small(data.get("temperature", 1.0), "temperature", 100.0, False,
+                              "temperature must be a positive number less than or equal to 100.0", MIN_TEMPERATURE)
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
         raise BadRequest("top_k must be equal to or greater than 0 and less than or equal to 1000")
-    top_p = data.get("top_p", 0.0)
-    if not is_number(top_p) or not 0.0 <= top_p <= 1.0:
-        raise BadRequest("top_p must be a positive float less than or equal to 1.0")
+    top_p = check_small(data.get("top_p", 0.0), "top_p", 1.0, True, "top_p must be a positive float less than or equal to 1.0",
+                        MIN_TOP_P)
     if top_k > 0 and top_p > 0.0:
         raise BadRequest("cannot set both top-k and top-p samplings.")
     top_p_decay = data.get("top_p_decay", 0.0)
@@ -119,18 +140,14 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
     if any(not p for p in prompts) and not add_bos:
         raise BadRequest("Empty prompts require add_BOS=true")
     flags = {name: check_bool(data, name) for name in ("stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon", "no_log")}
-    seed = data.get("random_seed", -1)
-    if not is_int(seed):
-        raise BadRequest("random_seed must be integer")
-    if seed < -1:
-        raise BadRequest("random_seed must be a positive integer")
+    seed = check_seed(data.get("random_seed", -1), "random_seed", -1, "random_seed must be integer")
     # Beam-search settings: checked as Megatron checks them, and without effect (beam search is gone).
     if not is_int(data.get("stop_token", 0)):
         raise BadRequest("stop_token must be an integer")
     if not is_number(data.get("length_penalty", 1.0)):
         raise BadRequest("length_penalty must be a float")
     params = SamplingParams(
-        tokens_to_generate=n, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
+        tokens_to_generate=n, temperature=temperature, top_k=top_k, top_p=top_p,
         top_p_decay=float(top_p_decay), top_p_bound=float(top_p_bound), seed=None if seed == -1 else seed,
         stop_on_eol=flags["stop_on_eol"], stop_on_double_eol=flags["stop_on_double_eol"],
         prevent_newline_after_colon=flags["prevent_newline_after_colon"], logprobs=logprobs)
@@ -159,12 +176,10 @@ def parse_completion_request(data, limits: Limits) -> tuple[list[str], bool, boo
     n = data.get("max_tokens", 16)
     if not is_int(n) or n < 0:
         raise BadRequest("max_tokens must be an integer greater than or equal to 0")
-    temperature = data.get("temperature", 1.0)
-    if not is_number(temperature) or not 0.0 <= temperature <= 2.0:
-        raise BadRequest("temperature must be a number between 0 and 2")
-    top_p = data.get("top_p", 1.0)
-    if not is_number(top_p) or not 0.0 < top_p <= 1.0:
-        raise BadRequest("top_p must be a number greater than 0 and at most 1")
+    temperature = check_small(data.get("temperature", 1.0), "temperature", 2.0, True,
+                              "temperature must be a number between 0 and 2", MIN_TEMPERATURE)
+    top_p = check_small(data.get("top_p", 1.0), "top_p", 1.0, False, "top_p must be a number greater than 0 and at most 1",
+                        MIN_TOP_P)
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
         raise BadRequest("top_k must be an integer between 0 and 1000")
@@ -182,14 +197,14 @@ def parse_completion_request(data, limits: Limits) -> tuple[list[str], bool, boo
     if logprobs is not None and (not is_int(logprobs) or not 0 <= logprobs <= 5):
         raise BadRequest("logprobs must be null or an integer between 0 and 5")
     seed = data.get("seed")
-    if seed is not None and (not is_int(seed) or seed < 0):
-        raise BadRequest("seed must be a non-negative integer")
+    if seed is not None:
+        check_seed(seed, "seed", 0, "seed must be a non-negative integer")
     echo = check_bool(data, "echo")
     if n == 0 and not echo:
         raise BadRequest("max_tokens=0 needs echo=true")
     params = SamplingParams(
-        tokens_to_generate=n, temperature=float(temperature) or 1.0, top_k=1 if temperature == 0 else top_k,
-        top_p=0.0 if top_p == 1.0 else float(top_p), seed=seed, stop=tuple(stop), logprobs=logprobs is not None)
+        tokens_to_generate=n, temperature=temperature or 1.0, top_k=1 if temperature == 0 else top_k,
+        top_p=0.0 if top_p == 1.0 else top_p, seed=seed, stop=tuple(stop), logprobs=logprobs is not None)
     return prompts, echo, logprobs is not None, params
 
 
@@ -315,6 +330,11 @@ class Batcher:
                 out = out[len(prompts) :]
 
 
+def refuse_constant(name: str):
+    """NaN, Infinity and -Infinity: Python's JSON reader accepts them, JSON does not."""
+    raise BadRequest(f"the request body holds {name}, which is not a JSON number")
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "textmill"
     protocol_version = "HTTP/1.1"
@@ -330,8 +350,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_json(self):
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise BadRequest("a Content-Length header is required")
+        if length is None or not (length.isascii() and length.isdigit()):
+            raise BadRequest("a Content-Length header of ASCII digits is required")
         if int(length) > MAX_BODY_BYTES:
             # Read what a reasonable client sends before answering, so it sees the 400 and not a broken pipe.
             left = int(length) if int(length) <= MAX_DRAIN_BYTES else 0
@@ -340,9 +360,16 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
         body = self.rfile.read(int(length))
         try:
-            return json.loads(body)
+            data = json.loads(body, parse_constant=refuse_constant)
+        except RecursionError:
+            raise BadRequest("the request body is nested too deeply") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("the request holds a lone surrogate escape (\\ud800-\\udfff), which is not text") from None
+        return data
 
     def answer(self, work) -> None:
         stats = self.server.stats

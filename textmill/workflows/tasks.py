@@ -180,7 +180,8 @@ class ScrapeShard(ShardTask):
 
         s = self.cfg.scrape
         return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, max_bytes=s.max_bytes,
-                            max_redirects=s.max_redirects, allow_private=s.allow_private_addresses, keep_html=s.keep_html)
+                            max_redirects=s.max_redirects, allow_private=s.allow_private_addresses,
+                            allow_networks=s.allow_networks, keep_html=s.keep_html)
 
     def own_key(self) -> str:
         significant = {k: v for k, v in self.scrape_config().params().items() if k != "concurrency"}

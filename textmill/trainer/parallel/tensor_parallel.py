@@ -28,7 +28,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool) ->
     between = Shard(1) if sequence_parallel else Replicate()
     plan = {"wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=between)}
     if sequence_parallel:
-        # Positions come in as arange(T) [T], so their sequence dimension is 0 (NOTES-torch-cpu.md).
+        # Positions come in as arange(T) [T], so their sequence dimension is 0 (docs/REFERENCE.md section 8).
         if model.wpe is not None:
             plan["wpe"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
         plan["norm_f"] = SequenceParallel()

@@ -1,0 +1,134 @@
+"""Loading a checkpoint never runs code from the checkpoint folder (docs/RELIABILITY.md, checkpoints).
+
+torch.distributed.checkpoint reads `.metadata` with plain pickle and would torch.load(weights_only=False)
+any entry the metadata declares as bytes. Each command that loads a checkpoint is given a real sharded
+checkpoint whose `.metadata` was replaced, and must refuse it in one line, exit 2, and leave no marker."""
+
+import io
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from textmill.errors import TextmillError
+from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model, save_checkpoint
+
+from conftest import run_cli
+from test_parallel import cli_args
+
+
+class RunsCode:
+    """Unpickling this object creates the marker file, as a hostile `.metadata` would run anything."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+@pytest.fixture()
+def dist_ckpt(gpt2_ckpt, tmp_path):
+    """The 20-iteration GPT-2 checkpoint rewritten in the sharded (torch_dist) format."""
+    ckpt = load_checkpoint(gpt2_ckpt)
+    root = tmp_path / "dist"
+    save_checkpoint(root, ckpt.meta["iteration"], ckpt.meta, ckpt.full, "torch_dist")
+    shutil.copytree(gpt2_ckpt / "tokenizer", root / "tokenizer")
+    assert load_checkpoint(root).format == "torch_dist"
+    return root
+
+
+def plant_code(root, marker):
+    folder = load_checkpoint(root).path
+    (folder / ".metadata").write_bytes(pickle.dumps(RunsCode(marker)))
+    return folder
+
+
+def plant_bytes_entry(root, marker):
+    """Metadata made only of DCP's own classes that declares one weight as a bytes entry, whose bytes in a
+    shard file are a pickle that runs code: DCP itself would torch.load it with weights_only=False."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+    folder = load_checkpoint(root).path
+    metadata = SafeMetadataUnpickler(io.BytesIO((folder / ".metadata").read_bytes())).load()
+    payload = io.BytesIO()
+    torch.save(RunsCode(marker), payload)
+    (folder / "__9_0.distcp").write_bytes(payload.getvalue())
+    name = "model.wte.weight"
+    metadata.state_dict_metadata[name] = BytesStorageMetadata()
+    metadata.storage_data[MetadataIndex(name)] = _StorageInfo("__9_0.distcp", 0, len(payload.getvalue()))
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    return folder
+
+
+def commands(root, corpus, tmp_path):
+    load = str(root)
+    return {
+        "evaluate": ["evaluate", "lambada", "--load", load, "--valid-data", str(tmp_path / "lambada.jsonl")],
+        "export": ["export", "hf", "--load", load, "--output", str(tmp_path / "hf")],
+        "convert": ["checkpoint", "convert", "--load", load, "--save", str(tmp_path / "converted")],
+        "serve": ["serve", "--load", load, "--port", "0"],
+        "generate": ["generate", "--load", load, "--prompt", "hello", "--tokens-to-generate", "2"],
+        "train": ["train", *cli_args(corpus, "--train-iters", "2", "--load", load, "--save", str(tmp_path / "t"))],
+    }
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export", "convert", "serve", "generate", "train"])
+def test_every_loading_command_refuses_metadata_that_runs_code(command, dist_ckpt, corpus, tmp_path):
+    marker = tmp_path / "marker"
+    folder = plant_code(dist_ckpt, marker)
+    (tmp_path / "lambada.jsonl").write_text('{"text": "one two three four"}\n')
+    r = run_cli(*commands(dist_ckpt, corpus, tmp_path)[command])
+    assert not marker.exists()
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"textmill: error: {folder / '.metadata'}: refused"), lines
+    assert "builtins.exec" in lines[0]
+
+
+def test_metadata_declaring_a_bytes_entry_is_refused(dist_ckpt, tmp_path):
+    marker = tmp_path / "marker"
+    folder = plant_bytes_entry(dist_ckpt, marker)
+    with pytest.raises(TextmillError, match="refused torch.distributed.checkpoint.metadata.BytesStorageMetadata"):
+        load_model(dist_ckpt)
+    r = run_cli("export", "hf", "--load", str(dist_ckpt), "--output", str(tmp_path / "hf"))
+    assert r.returncode == 2 and not marker.exists()
+    assert r.stderr.strip().splitlines() == [
+        f"textmill: error: {folder / '.metadata'}: refused, not checkpoint metadata textmill can trust (refused "
+        "torch.distributed.checkpoint.metadata.BytesStorageMetadata: not a part of checkpoint metadata); use a "
+        "checkpoint written by textmill"]
+
+
+def test_the_bytes_entry_would_run_code_through_dcp_itself(dist_ckpt, tmp_path):
+    """The attack above is real: DCP's own reader, given that folder, runs the planted code."""
+    marker = tmp_path / "marker"
+    folder = plant_bytes_entry(dist_ckpt, marker)
+    script = ("import sys, torch, torch.distributed.checkpoint as dcp\n"
+              "sd = {'model': {'wte': {'weight': torch.zeros(1)}}}\n"
+              "try:\n    dcp.load(sd, checkpoint_id=sys.argv[1])\nexcept Exception:\n    pass\n")
+    subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, timeout=120)
+    assert marker.exists()
+
+
+def test_metadata_pointing_outside_its_folder_is_refused(dist_ckpt):
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    folder = load_checkpoint(dist_ckpt).path
+    metadata = SafeMetadataUnpickler(io.BytesIO((folder / ".metadata").read_bytes())).load()
+    key = next(iter(metadata.storage_data))
+    metadata.storage_data[key] = _StorageInfo("../../elsewhere.distcp", 0, 10)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(TextmillError, match="outside its own"):
+        load_model(dist_ckpt)
+
+
+def test_a_sharded_checkpoint_still_loads(dist_ckpt, gpt2_ckpt):
+    a, _ = load_model(gpt2_ckpt)
+    b, ckpt = load_model(dist_ckpt)
+    assert ckpt.format == "torch_dist"
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name
