@@ -9,7 +9,7 @@ import pytest
 
 from textmill import synthweb
 
-TEST_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TEST_DATA = Path(__file__).resolve().parent / "data"  # real files, committed: see data/SOURCES.md
 
 
 @pytest.fixture(scope="session")
