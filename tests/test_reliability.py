@@ -61,3 +61,20 @@ def test_a_lone_surrogate_in_an_evaluation_set_is_one_error_line(tmp_path, gpt2_
     assert f"{bad}:2: a lone surrogate escape" in line
     line = one_error_line(run_cli("evaluate", "lambada", "--load", str(gpt2_ckpt), "--valid-data", str(bad)))
     assert f"{bad}:2: a lone surrogate escape" in line
+
+
+# -- a clone runs on its own -----------------------------------------------------------------------------
+def test_the_repository_is_self_contained():
+    """Tests and benchmarks read nothing outside the repository, and every reference note the code cites
+    is in docs/REFERENCE.md."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = [p for d in ("tests", "benchmarks", "textmill") for p in (root / d).rglob("*.py")]
+    outside = ("../" + "shared", "parents" + "[2]")  # spelt in two parts so that this file does not match itself
+    for path in code:
+        assert not any(word in path.read_text() for word in outside), path
+    headings = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", (root / "docs" / "REFERENCE.md").read_text(), re.M))
+    cited = {(p.name, n) for p in code for n in re.findall(r"REFERENCE\.md section (\d+(?:\.\d+)?)", p.read_text())}
+    assert cited and all(n in headings for _, n in cited), sorted(cited)

@@ -17,7 +17,8 @@ import pytest
 from textmill import synthweb
 from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import UrlRules, blacklist_files
-from textmill.pipeline.scrape import ScrapeConfig, extract, scrape_shards
+from textmill.pipeline.extract import extract
+from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
 from textmill.pipeline.shards import list_shards
 
 FAST = ScrapeConfig(timeout_s=2.0, allow_private=True, max_bytes=1_000_000, concurrency=8)
@@ -188,3 +189,19 @@ def test_disguised_loopback_hosts_are_blocked_after_a_redirect(tmp_path, server)
 def test_allow_networks_must_be_networks():
     with pytest.raises(TextmillError, match="'localhost' is not an address or network"):
         ScrapeConfig(allow_networks=("localhost",))
+
+
+def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_replaced(tmp_path):
+    """newspaper3k needs many seconds for a page of tens of thousands of short paragraphs (time grows
+    faster than the page); with a 1.5 s extraction deadline that page is rejected, its worker process is
+    replaced, and the pages after it are still extracted by the one worker."""
+    web = synthweb.build_web(seed=4, articles=3, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    paragraphs = "".join(f"<p>the cat and the dog went to the market {i}.</p>" for i in range(32000))
+    web.pages["/stall.html"] = synthweb.Page(body=f"<html><head><title>t</title></head><body>{paragraphs}</body></html>".encode())
+    with synthweb.serve(web) as srv:
+        base = synthweb.base_url(srv)
+        shard = url_shard(tmp_path, [base + "/stall.html"] + [base + p for p in web.url_paths])
+        cfg = ScrapeConfig(timeout_s=10.0, extract_timeout_s=1.5, allow_private=True, concurrency=1)
+        [m] = scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=1)
+    assert m["reasons"] == {"extraction_timeout": 1}
+    assert m["counts"]["kept"] == len(web.url_paths) == 3  # extracted by the worker that replaced the stuck one

@@ -49,6 +49,7 @@ def scrape_config(args):
     return ScrapeConfig(
         concurrency=args.concurrency,
         timeout_s=args.timeout,
+        extract_timeout_s=args.extract_timeout,
         max_bytes=args.max_bytes,
         max_redirects=args.max_redirects,
         allow_private=args.allow_private_addresses,
@@ -359,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
               "URL shards written by `textmill blacklist`, or directories of them")
     p.add_argument("--concurrency", type=int, default=32, help="URLs fetched at once")
     p.add_argument("--timeout", type=float, default=30.0, help="hard wall-clock limit per URL in seconds (DNS, redirects and body included)")
+    p.add_argument("--extract-timeout", type=float, default=10.0,
+                   help="hard limit in seconds on newspaper3k's time per page; a page over it is rejected as "
+                   "extraction_timeout and its extraction process replaced")
     p.add_argument("--max-bytes", type=int, default=5 * 1024 * 1024, help="largest page body accepted, after decompression")
     p.add_argument("--max-redirects", type=int, default=5, help="redirects followed per URL")
     p.add_argument("--allow-private-addresses", action="store_true",
@@ -367,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fetch from this non-public address or network all the same, e.g. a local mirror at "
                    "10.0.0.5 or 127.0.0.2/32 (repeatable; narrower than --allow-private-addresses)")
     p.add_argument("--keep-html", action="store_true", help="also write NAME.html.parquet with the raw HTML of each fetched page")
-    p.add_argument("--extract-workers", type=int, default=2, help="processes running newspaper3k (0: threads in this process)")
+    p.add_argument("--extract-workers", type=int, default=2, help="processes running newspaper3k (0: threads in this process, where --extract-timeout cannot stop a page: "
+                   "for trusted pages only)")
     p.set_defaults(func=cmd_scrape)
 
     p = stage("dedup", "Remove near-duplicate documents with MinHash LSH; the first document of each cluster stays.", docs)

@@ -31,8 +31,9 @@ extension_blacklist = []     # extra files of blacklisted file extensions
 
 [scrape]
 concurrency = 32             # URLs fetched at once per shard (does not change the output)
-extract_workers = 2          # newspaper3k processes (does not change the output)
-timeout_s = 30.0             # hard wall-clock limit per URL
+extract_workers = 2          # newspaper3k processes (does not change the output; 0: threads, no extraction deadline)
+timeout_s = 30.0             # hard wall-clock limit per URL's fetch
+extract_timeout_s = 10.0     # hard limit on extracting one page; over it the page is rejected (extraction_timeout)
 max_bytes = 5242880          # largest page accepted
 max_redirects = 5
 allow_private_addresses = false  # fetch from private/loopback addresses (the demo's local web needs true)
@@ -120,6 +121,7 @@ class ScrapeSection:
     concurrency: int = 32
     extract_workers: int = 2
     timeout_s: float = 30.0
+    extract_timeout_s: float = 10.0
     max_bytes: int = 5 * 1024 * 1024
     max_redirects: int = 5
     allow_private_addresses: bool = False

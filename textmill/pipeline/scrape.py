@@ -10,8 +10,9 @@ URL is parsed once by yarl, the parser aiohttp itself uses, whose IDNA step turn
 digits and ideographic full stops into ASCII (`１２７。０.０.①` is 127.0.0.1); an IP literal is checked on that
 form, and every other host by the resolver aiohttp connects through.
 
-Extraction runs newspaper3k on the HTML we fetched (never its own downloader, never its `nlp()`), in a
-process pool so the event loop keeps fetching while pages are parsed.
+Extraction (textmill.pipeline.extract) runs newspaper3k on the HTML we fetched in worker processes, so the
+event loop keeps fetching while pages are parsed, with its own hard deadline per page (`extract_timeout_s`):
+a worker that overruns is killed and replaced, and the page is rejected as `extraction_timeout`.
 
 Resumable: each finished URL (kept or rejected) is appended to a journal beside the output; a rerun after
 a crash re-fetches only URLs with no journal line. The shard is built from the journal in input order.
@@ -22,10 +23,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import multiprocessing
 import socket
 import time
-from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +37,7 @@ from tqdm import tqdm
 from yarl import URL
 
 from textmill.errors import TextmillError
+from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -48,7 +48,8 @@ HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html
 @dataclass(frozen=True)
 class ScrapeConfig:
     concurrency: int = 32  # URLs fetched at once
-    timeout_s: float = 30.0  # hard wall-clock limit per URL, everything included
+    timeout_s: float = 30.0  # hard wall-clock limit per URL's fetch, everything included
+    extract_timeout_s: float = 10.0  # hard limit on newspaper3k's time per page (in an extraction process)
     max_bytes: int = 5 * 1024 * 1024  # largest body accepted (after decompression)
     max_redirects: int = 5
     allow_private: bool = False  # fetch from private/loopback/link-local addresses
@@ -176,19 +177,6 @@ def looks_binary(body: bytes) -> bool:
     return control > len(head) // 20
 
 
-def extract(url: str, html: bytes) -> tuple[str, str]:
-    """(title, text) of a page, by newspaper3k from HTML we fetched ourselves."""
-    from newspaper import Article, Config
-
-    config = Config()
-    config.fetch_images = False
-    config.memoize_articles = False
-    article = Article(url, config=config)
-    article.download(input_html=html)
-    article.parse()
-    return article.title or "", article.text or ""
-
-
 def _journal_path(output: Path) -> Path:
     return output.with_name(f".{output.stem}.journal.jsonl")
 
@@ -212,9 +200,8 @@ def _now() -> str:
 
 
 async def _scrape_pending(
-    pending: list[dict], cfg: ScrapeConfig, extractor: Executor | None, journal, progress: tqdm
+    pending: list[dict], cfg: ScrapeConfig, extractor: ExtractorPool | None, journal, progress: tqdm
 ) -> None:
-    loop = asyncio.get_running_loop()
     resolver = GuardedResolver(cfg)
     connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout_s, sock_read=cfg.timeout_s)
@@ -248,12 +235,7 @@ async def _scrape_pending(
                 if reason is None and looks_binary(got.body):
                     reason = "binary_content"
                 if reason is None:
-                    try:
-                        title, text = await loop.run_in_executor(extractor, extract, got.final_url, got.body)
-                    except BrokenExecutor:
-                        raise  # the pool died: a fault of the run, not of this page
-                    except Exception as exc:  # a page newspaper cannot parse is a reject, not a crash
-                        title, text, reason = "", "", f"extraction_failed={type(exc).__name__}"
+                    title, text, reason = await extract_page(extractor, got.final_url, got.body)
                     row.update(title=title, text=text, word_count=len(text.split()))
                     if reason is None and not text.strip():
                         reason = "empty_extraction"
@@ -266,10 +248,29 @@ async def _scrape_pending(
         await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
 
 
-def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Executor | None = None) -> dict:
+async def extract_page(extractor: ExtractorPool | None, url: str, html: bytes) -> tuple[str, str, str | None]:
+    """(title, text, None), or ("", "", reason) for a page that cannot be extracted in time or at all."""
+    loop = asyncio.get_running_loop()
+    try:
+        if extractor is None:
+            title, text = await loop.run_in_executor(None, extract, url, html)
+        else:
+            title, text = await loop.run_in_executor(None, extractor.extract, url, html)
+    except ExtractionTimeout:
+        return "", "", "extraction_timeout"
+    except ExtractionFailed as exc:
+        return "", "", f"extraction_failed={exc}"
+    except Exception as exc:  # in a thread: a page newspaper cannot parse is a reject, not a crash
+        return "", "", f"extraction_failed={type(exc).__name__}"
+    return title, text, None
+
+
+def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: ExtractorPool | None = None) -> dict:
     """Fetch and extract every URL of `url_shard` into the document shard `output`; returns its manifest.
 
-    `extractor` runs newspaper3k (a process pool shared across shards); None means threads."""
+    `extractor` runs newspaper3k under `cfg.extract_timeout_s` per page (processes shared across shards);
+    None runs it in threads of this process, where nothing can stop a page that never finishes: for
+    trusted pages only (tests)."""
     urls = list(read_rows(url_shard, columns=["id", "url"]))
     journal_path = _journal_path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -307,12 +308,10 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
 
 def scrape_shards(shards: list[Path], output_dir: Path, cfg: ScrapeConfig, extract_workers: int = 2) -> list[dict]:
     """Scrape every URL shard into `output_dir/NAME.parquet`, newspaper3k running in `extract_workers`
-    processes (0: threads of this process)."""
-    pool = None
-    if extract_workers > 0:
-        pool = ProcessPoolExecutor(max_workers=extract_workers, mp_context=multiprocessing.get_context("spawn"))
+    processes (0: threads of this process, with no deadline on extraction)."""
+    pool = ExtractorPool(extract_workers, cfg.extract_timeout_s) if extract_workers > 0 else None
     try:
         return [scrape_shard(s, output_dir / f"{s.stem}.parquet", cfg, pool) for s in shards]
     finally:
         if pool:
-            pool.shutdown()
+            pool.close()

@@ -179,7 +179,8 @@ class ScrapeShard(ShardTask):
         from textmill.pipeline.scrape import ScrapeConfig
 
         s = self.cfg.scrape
-        return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, max_bytes=s.max_bytes,
+        return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, extract_timeout_s=s.extract_timeout_s,
+                            max_bytes=s.max_bytes,
                             max_redirects=s.max_redirects, allow_private=s.allow_private_addresses,
                             allow_networks=s.allow_networks, keep_html=s.keep_html)
 
