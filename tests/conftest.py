@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from textmill import synthweb
+from textmill.demo import cloze_passages
 
 TEST_DATA = Path(__file__).resolve().parent / "data"  # real files, committed: see data/SOURCES.md
 
@@ -15,6 +16,18 @@ TEST_DATA = Path(__file__).resolve().parent / "data"  # real files, committed: s
 @pytest.fixture(scope="session")
 def small_web():
     return synthweb.build_web(seed=7, articles=30, near_duplicates=4, foreign=3, mojibake=2, short=2)
+
+
+# The evaluation passages the run tests plant in their web, which decontamination cuts out.
+EVAL_PASSAGES = cloze_passages(5, 3)
+
+
+@pytest.fixture(scope="module")
+def site():
+    """A synthetic web for `textmill run` tests, served on 127.0.0.1 for a test module."""
+    web = synthweb.build_web(seed=7, articles=40, near_duplicates=4, foreign=3, mojibake=2, short=2, planted=tuple(EVAL_PASSAGES))
+    with synthweb.serve(web) as server:
+        yield web, server
 
 
 @pytest.fixture()

@@ -132,3 +132,24 @@ def test_a_sharded_checkpoint_still_loads(dist_ckpt, gpt2_ckpt):
     assert ckpt.format == "torch_dist"
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), name
+
+
+def test_a_single_file_checkpoint_or_hugging_face_bin_that_runs_code_is_refused(gpt2_ckpt, tmp_path):
+    marker = tmp_path / "marker"
+    ckpt = tmp_path / "single"
+    shutil.copytree(gpt2_ckpt, ckpt)
+    state = load_checkpoint(ckpt).path / "mp_rank_00" / "model_optim_rng.pt"
+    torch.save({"model": RunsCode(marker)}, state)
+    r = run_cli("export", "hf", "--load", str(ckpt), "--output", str(tmp_path / "hf"))
+    assert r.returncode == 2 and not marker.exists()
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith(f"textmill: error: {state}: not a readable checkpoint (UnpicklingError")
+
+    folder = tmp_path / "hf-bin"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 512, "n_layer": 2, "n_embd": 64, '
+                                        '"n_head": 4, "n_positions": 256}')
+    torch.save({"transformer.wte.weight": RunsCode(marker)}, folder / "pytorch_model.bin")
+    r = run_cli("import", "hf", str(folder), "--save", str(tmp_path / "imported"))
+    assert r.returncode == 2 and not marker.exists(), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -29,9 +29,30 @@ def test_the_documented_example_is_the_defaults(tmp_path):
     ("[run]\nresults_runs = 0", "[run] results_runs must be at least 1"),
     ("[train]\nsave = \"x\"", "[train] save: the workflow sets --save itself"),
     ("[train]\nno_such_option = 1", "[train] no_such_option: `textmill train` has no option --no-such-option"),
+    # Ranges, checked when the file is read rather than when the stage runs.
+    ("[scrape]\nconcurrency = 0", "[scrape] concurrency must be at least 1, not 0"),
+    ("[scrape]\ntimeout_s = nan", "[scrape] timeout_s must be more than 0, not nan"),
+    ("[scrape]\nallow_networks = [\"mirror\"]", "[scrape] allow_networks: 'mirror' is not an address or network"),
+    ("[run]\nseed = -5", "[run] seed must be at least 0, not -5"),
+    ("[dedup]\nbands = 0", "[dedup] bands must be at least 1, not 0"),
+    ("[decontaminate]\nmin_ngram = 20", "[decontaminate] min_ngram 20 is more than max_ngram 13"),
+    ("[shuffle]\nnum_shards = 0", "[shuffle] num_shards must be at least 1, not 0"),
+    ("[train]\nnproc_per_node = 0", "[train] nproc_per_node must be at least 1, not 0"),
+    # The trainer's own checks, with the model the options describe.
+    ("[train]\nlr = 0.1", "[train] the following options are required: --train-iters"),
+    ("[train]\ntrain_iters = 5\nseq_length = 1024", "[train] --seq-length 1024 is longer than --max-position-embeddings 256"),
+    ("[train]\ntrain_iters = 5\nmicro_batch_size = 8\nglobal_batch_size = 16\nnproc_per_node = 3", "[train] --global-batch-size 16 is not divisible by --micro-batch-size 8 x data-parallel size 3"),
 ])
 def test_a_bad_value_is_one_error_naming_the_field(tmp_path, text, error):
     (tmp_path / "run.toml").write_text(text + "\n")
     with pytest.raises(TextmillError) as raised:
         load_config(tmp_path / "run.toml")
     assert error in str(raised.value)
+
+
+def test_run_refuses_a_bad_config_before_any_work(tmp_path):
+    (tmp_path / "run.toml").write_text("[train]\ntrain_iters = 5\nseq_length = 1024\n")
+    r = run_cli("run", str(tmp_path / "run.toml"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"textmill: error: {tmp_path / 'run.toml'}: [train] --seq-length 1024 is longer than --max-position-embeddings 256"]
+    assert not (tmp_path / "work").exists()

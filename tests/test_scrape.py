@@ -1,3 +1,5 @@
+import functools
+import gzip
 import json
 import os
 import signal
@@ -130,37 +132,59 @@ def url_shard_of(path: Path, urls: list[str]) -> Path:
 
 
 @contextmanager
-def redirector(host: str):
-    """A server on `host` that answers /to?URL with a 302 to URL, and /page with a small article."""
+def serving(handler, host: str):
+    """An HTTP server with `handler` on `host`, a free port, in a background thread; yields its base URL."""
+    srv = ThreadingHTTPServer((host, 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{host}:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    return gzip.compress(bytes(200 << 20), compresslevel=9)  # 200 MB of zeros in about 200 KB
+
+
+@contextmanager
+def hostile_server(host: str):
+    """A server on `host`: /to?URL answers a 302 to URL (its raw UTF-8 bytes, as a hostile server sends
+    them), /chain/N a 302 to /chain/N+1 (endless), /bomb a gzip bomb, anything else a small article."""
     hits = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             hits.append(self.path)
-            if self.path.startswith("/to?"):
+            if self.path.startswith(("/to?", "/chain/")):
+                target = (unquote(self.path[4:]) if self.path.startswith("/to?")
+                          else f"/chain/{int(self.path.rsplit('/', 1)[1]) + 1}")
                 self.send_response(302)
-                # The raw UTF-8 bytes of the target, as a hostile server sends them.
-                self.send_header("Location", unquote(self.path[4:]).encode("utf-8").decode("latin-1"))
+                self.send_header("Location", target.encode("utf-8").decode("latin-1"))
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            body = f"<html><head><title>Mirror</title></head><body><p>{'A mirrored paragraph of text. ' * 40}</p></body></html>"
+            bomb = self.path == "/bomb"
+            body = gzip_bomb() if bomb else (
+                f"<html><head><title>Mirror</title></head><body><p>{'A mirrored paragraph of text. ' * 40}</p>"
+                "</body></html>").encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body.encode())))
+            if bomb:
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body.encode())
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client stopped reading, as it should
 
         def log_message(self, *args):
             pass
 
-    srv = ThreadingHTTPServer((host, 0), Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{host}:{srv.server_address[1]}", hits
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler, host) as base:
+        yield base, hits
 
 
 def test_disguised_loopback_hosts_are_blocked_on_the_first_hop(tmp_path, server):
@@ -174,7 +198,7 @@ def test_disguised_loopback_hosts_are_blocked_on_the_first_hop(tmp_path, server)
 def test_disguised_loopback_hosts_are_blocked_after_a_redirect(tmp_path, server):
     """127.0.0.2 is allowed (a mirror); its redirects to the loopback server in disguise are not followed."""
     port = server.server_address[1]
-    with redirector("127.0.0.2") as (mirror, mirror_hits):
+    with hostile_server("127.0.0.2") as (mirror, mirror_hits):
         targets = [f"http://{h}:{port}/article/1.html" for h in LOOPBACK_DISGUISES]
         urls = [f"{mirror}/to?{quote(t, safe='')}" for t in targets] + [f"{mirror}/to?{quote(mirror + '/page', safe='')}"]
         shard = url_shard_of(tmp_path / "urls.parquet", urls)
@@ -205,3 +229,13 @@ def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_replaced(tmp_p
         [m] = scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=1)
     assert m["reasons"] == {"extraction_timeout": 1}
     assert m["counts"]["kept"] == len(web.url_paths) == 3  # extracted by the worker that replaced the stuck one
+
+
+def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
+    with hostile_server("127.0.0.1") as (base, hits):
+        shard = url_shard_of(tmp_path / "urls.parquet", [f"{base}/bomb", f"{base}/chain/0"])
+        cfg = ScrapeConfig(timeout_s=20.0, max_bytes=1_000_000, max_redirects=5, allow_private=True)
+        scrape_shards([shard], tmp_path / "sc", cfg, extract_workers=0)
+    reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column(c).to_pylist() for c in ("id", "reason")]))
+    assert reasons == {"u0": "too_large", "u1": "too_many_redirects"}
+    assert sum(p.startswith("/chain/") for p in hits) == cfg.max_redirects + 1

@@ -136,6 +136,6 @@ def test_the_server_is_up_and_answers_after_the_fuzzing(served):
     status, health = send(served, "GET", "/health", b"")
     assert status == 200 and health["status"] == "ok"
     if sum(STATUSES.values()) >= 1000:  # after the fuzzing (this test runs last): it reached the sampler often
-        assert STATUSES[200] >= 200, STATUSES
+        assert STATUSES[200] >= 100, STATUSES
     status, answer = send(served, "PUT", "/api", encode({"prompts": ["The old sailor"], "tokens_to_generate": 3, "top_k": 1}))
     assert status == 200 and answer["text"][0].startswith("The old sailor")

@@ -62,7 +62,7 @@ def test_list_shards_refuses_unfinished_shard(tmp_path):
     with ShardStage("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
         stage.finish(0)
     (tmp_path / "b.parquet").write_bytes((tmp_path / "a.parquet").read_bytes())  # kept file, no manifest
-    with pytest.raises(TextmillError, match="b.parquet have no manifest"):
+    with pytest.raises(TextmillError, match="b.parquet have no whole manifest"):
         list_shards([tmp_path])
     with pytest.raises(TextmillError, match="input not found"):
         list_shards([tmp_path / "nope"])

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from textmill import synthweb
-from textmill.demo import cloze_passages
 from textmill.tokenizers.indexed import IndexedDataset
 from textmill.workflows.runner import run_workflow
 from textmill.workflows.tasks import MergeDataset, ScrapeShard
 
-from conftest import TEST_DATA, run_cli
+from conftest import EVAL_PASSAGES, TEST_DATA, run_cli
 
 CONFIG = """
 [run]
@@ -56,14 +55,6 @@ STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "4-clean", "5-shuff
           "8-tokenize", "9-dataset"]
 
 
-EVAL_PASSAGES = cloze_passages(5, 3)
-
-
-@pytest.fixture(scope="module")
-def site():
-    web = synthweb.build_web(seed=7, articles=40, near_duplicates=4, foreign=3, mojibake=2, short=2, planted=tuple(EVAL_PASSAGES))
-    with synthweb.serve(web) as server:
-        yield web, server
 
 
 def make_run(root: Path, site, work="work", min_tokens=32, vocab_size=600, files=3, train="false", train_iters=20) -> Path:

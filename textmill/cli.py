@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from textmill.errors import TextmillError
+from textmill.errors import RunFailed, TextmillError, is_disk_error
 
 
 def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float) -> str:
@@ -291,6 +291,9 @@ def cmd_run(args) -> str:
         print(summary, file=sys.stderr)
         print(f"textmill run: failed after {record['seconds']:.1f}s (recorded in {folder}); `textmill run` again redoes "
               "only what is not finished", file=sys.stderr)
+        failed = record.get("failed") or ["no task failed here, but the graph is not finished (see the summary above)"]
+        more = f" (and {len(failed) - 1} more: textmill status)" if len(failed) > 1 else ""
+        print(f"textmill run: failed: {failed[0]}{more}", file=sys.stderr)
         raise SystemExit(1)
     return "\n".join(run_lines(record, folder))
 
@@ -598,6 +601,12 @@ def main(argv: list[str] | None = None) -> int:
             print(summary)
     except TextmillError as exc:
         print(f"textmill: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, RunFailed) else 2
+    except OSError as exc:
+        if not is_disk_error(exc):
+            raise
+        print(f"textmill: error: {exc.filename or 'a file'}: {exc.strerror}; free space or fix the permissions, then "
+              "run again (finished work is kept)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("textmill: interrupted; finished shards are kept, unfinished ones will be redone", file=sys.stderr)

@@ -15,6 +15,7 @@ from textmill.errors import TextmillError
 from textmill.pipeline.clean import CleanConfig
 from textmill.pipeline.decontaminate import DecontaminateConfig
 from textmill.pipeline.dedup import DedupConfig
+from textmill.settings import SEED_MAX, check_ranges, ranged
 
 EXAMPLE = """\
 # A textmill run: `textmill run run.toml`. Relative paths are relative to this file.
@@ -103,23 +104,31 @@ at = "03:00"                 # daily time (HH:MM, the machine's clock) of the cr
 
 
 @dataclass(frozen=True)
-class RunSection:
-    work_dir: Path = Path("work")
-    urls: tuple[Path, ...] = (Path("urls"),)
-    seed: int = 1234
-    results_runs: int = 10
+class Section:
+    """A TOML table; its numeric fields are checked against their declared ranges when it is built."""
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
 
 @dataclass(frozen=True)
-class BlacklistSection:
+class RunSection(Section):
+    work_dir: Path = Path("work")
+    urls: tuple[Path, ...] = (Path("urls"),)
+    seed: int = ranged(1234, least=0, most=SEED_MAX)
+    results_runs: int = ranged(10, least=1)
+
+
+@dataclass(frozen=True)
+class BlacklistSection(Section):
     domain_blacklist: tuple[Path, ...] = ()
     extension_blacklist: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
-class ScrapeSection:
+class ScrapeSection(Section):
     concurrency: int = 32
-    extract_workers: int = 2
+    extract_workers: int = ranged(2, least=0)
     timeout_s: float = 30.0
     extract_timeout_s: float = 10.0
     max_bytes: int = 5 * 1024 * 1024
@@ -128,10 +137,22 @@ class ScrapeSection:
     allow_networks: tuple[str, ...] = ()
     keep_html: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.stage_config()  # the scrape stage's own checks, now rather than when the stage runs
+
+    def stage_config(self):
+        from textmill.pipeline.scrape import ScrapeConfig
+
+        return ScrapeConfig(concurrency=self.concurrency, timeout_s=self.timeout_s, extract_timeout_s=self.extract_timeout_s,
+                            max_bytes=self.max_bytes, max_redirects=self.max_redirects,
+                            allow_private=self.allow_private_addresses, allow_networks=self.allow_networks,
+                            keep_html=self.keep_html)
+
 
 @dataclass(frozen=True)
-class ShuffleSection:
-    num_shards: int = 4
+class ShuffleSection(Section):
+    num_shards: int = ranged(4, least=1)
 
 
 @dataclass(frozen=True)
@@ -144,17 +165,17 @@ class DecontaminateSection(DecontaminateConfig):
 
 
 @dataclass(frozen=True)
-class TokenizeSection:
+class TokenizeSection(Section):
     vocab_file: Path | None = None
     merge_file: Path | None = None
-    vocab_size: int = 50257
+    vocab_size: int = ranged(50257, least=257)  # 256 bytes and <|endoftext|> at least
     append_eod: bool = True
 
 
 @dataclass(frozen=True)
-class TrainSection:
+class TrainSection(Section):
     enabled: bool = True
-    nproc_per_node: int = 1
+    nproc_per_node: int = ranged(1, least=1)
     resume: str = "fresh"
     options: tuple[str, ...] = ()  # command-line options of `textmill train`, checked when the config is read
 
@@ -162,15 +183,25 @@ class TrainSection:
 WORKFLOW_TRAIN_OPTIONS = ("--data-path", "--vocab-file", "--merge-file", "--save", "--load", "--nproc-per-node")
 
 
-def train_options(raw: dict) -> tuple[str, ...]:
-    """`textmill train` options from the [train] keys that are not the section's own, each checked against
-    the trainer's argument parser (name, flag or value, and the value's type)."""
+def train_parser():
+    """`textmill train`'s argument parser, reporting a bad [train] as an error rather than exiting."""
     import argparse
 
     from textmill.trainer.train import add_train_arguments
 
-    parser = argparse.ArgumentParser()
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise TextmillError(f"[train] {message.replace('arguments', 'options')}")
+
+    parser = Parser()
     add_train_arguments(parser)
+    return parser
+
+
+def train_options(raw: dict) -> tuple[str, ...]:
+    """`textmill train` options from the [train] keys that are not the section's own, each checked against
+    the trainer's argument parser (name, flag or value, and the value's type)."""
+    parser = train_parser()
     options: list[str] = []
     for key, value in raw.items():
         option = "--" + key.replace("_", "-")
@@ -201,18 +232,18 @@ def train_options(raw: dict) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class EvaluateSection:
+class EvaluateSection(Section):
     lambada: tuple[Path, ...] = ()
     strict: bool = True
 
 
 @dataclass(frozen=True)
-class ExportSection:
+class ExportSection(Section):
     hf: bool = True
 
 
 @dataclass(frozen=True)
-class ScheduleSection:
+class ScheduleSection(Section):
     at: str = "03:00"
 
     def hour_minute(self) -> tuple[int, int]:
@@ -272,7 +303,10 @@ def section_values(name: str, cls, raw: dict, base: Path):
         elif isinstance(default, str) and not isinstance(value, str):
             raise TextmillError(f"{where} must be a string")
         values[key] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except TextmillError as exc:  # the range and stage checks name the field, not the table
+        raise TextmillError(f"[{name}] {exc}") from None
 
 
 def resolve(value: str, base: Path) -> Path:
@@ -286,6 +320,8 @@ def load_config(path: str | Path) -> RunConfig:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TextmillError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TextmillError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise TextmillError(f"{path}: not valid TOML ({exc})") from None
     sections = {f.name: f.default_factory for f in fields(RunConfig) if f.name != "path"}
@@ -305,15 +341,11 @@ def load_config(path: str | Path) -> RunConfig:
                 values[name] = TrainSection(section.enabled, section.nproc_per_node, section.resume, options)
                 continue
             values[name] = section_values(name, type(factory()), table, path.parent)
-        except TextmillError as exc:  # the section's own checks (DedupConfig's) name no file
+        except TextmillError as exc:
             raise TextmillError(f"{path}: {exc}") from None
     cfg = RunConfig(path=path, **values)
-    if cfg.shuffle.num_shards < 1:
-        raise TextmillError(f"{path}: [shuffle] num_shards must be at least 1")
     if bool(cfg.tokenize.vocab_file) != bool(cfg.tokenize.merge_file):
         raise TextmillError(f"{path}: [tokenize] vocab_file and merge_file go together")
-    if cfg.run.results_runs < 1:
-        raise TextmillError(f"{path}: [run] results_runs must be at least 1")
     if cfg.train.resume not in ("fresh", "latest"):
         raise TextmillError(f"{path}: [train] resume must be \"fresh\" or \"latest\", not {cfg.train.resume!r}")
     if cfg.train.resume == "latest" and not cfg.tokenize.vocab_file:
@@ -321,6 +353,21 @@ def load_config(path: str | Path) -> RunConfig:
                             "each corpus gives each model its own vocabulary")
     try:
         cfg.schedule.hour_minute()
+        if cfg.train.enabled:
+            check_train(cfg)
     except TextmillError as exc:
         raise TextmillError(f"{path}: {exc}") from None
     return cfg
+
+
+def check_train(cfg: RunConfig) -> None:
+    """The trainer's own checks of its options (model, parallel layout, sequence length), with the
+    vocabulary [tokenize] will give it, so that a bad [train] is refused before the corpus is built."""
+    from textmill.trainer.train import check_args, unpadded_vocab_size
+
+    args = train_parser().parse_args(["--data-path", "unused", *cfg.train.options])
+    args.vocab_file, args.vocab_size = cfg.tokenize.vocab_file, cfg.tokenize.vocab_size
+    try:
+        check_args(args, cfg.train.nproc_per_node, unpadded_vocab_size(args))
+    except TextmillError as exc:
+        raise TextmillError(f"[train] {exc}") from None

@@ -1,5 +1,22 @@
-"""The one exception type a user sees as a single error line (see cli.main)."""
+"""The one exception type a user sees as a single error line (see cli.main), and the disk errors that are
+reported the same way."""
+
+import errno
 
 
 class TextmillError(Exception):
-    """Bad input or configuration: reported as one line on stderr with a non-zero exit, no traceback."""
+    """Bad input or configuration: reported as one line on stderr with exit status 2, no traceback. It would
+    fail the same way again, so the workflow does not retry it."""
+
+
+class RunFailed(TextmillError):
+    """Work that failed while it ran for a reason a retry may cure (a process that died): one line, exit
+    status 1."""
+
+
+# What the disk answers when it is full or not ours to write: the user's to fix, not a fault of textmill.
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def is_disk_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRORS

@@ -10,10 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from pathlib import Path
 
-from textmill.pipeline.shards import atomic_path, summarize
+from textmill.pipeline.shards import atomic_path, read_json_record, summarize
 
 # -- lines -------------------------------------------------------------------------------------------------
 
@@ -63,6 +62,13 @@ def funnel_lines(record: dict) -> list[str]:
     return lines
 
 
+def read_runs(runs: Path) -> list[dict]:
+    """Every run record under WORK/runs, oldest first; a damaged one is left out, with a note."""
+    records = (read_json_record(p, "that run is left out of results.md and the report")
+               for p in sorted(runs.glob("*/run.json")))
+    return [r for r in records if r and "run" in r]
+
+
 def run_lines(record: dict, folder: Path) -> list[str]:
     """The end of `textmill run`: the corpus, the model, its evaluation, where the report is, and what got
     worse since the previous run."""
@@ -78,7 +84,7 @@ def run_lines(record: dict, folder: Path) -> list[str]:
     if record.get("export"):
         lines.append(f"  Hugging Face {record['export']['family']} model -> {record['export']['output']}")
     lines.append(f"  report: {folder / 'report.html'}; the last runs side by side: {folder.parent.parent / 'results.md'}")
-    history = [json.loads(p.read_text()) for p in sorted(folder.parent.glob("*/run.json"))]
+    history = read_runs(folder.parent)
     regressions = [row["regressions"] for row in results_rows(history) if row["run"] == record["run"]]
     if regressions and regressions[0]:
         lines.append(f"  {regressions[0]} (since the previous run)")

@@ -22,6 +22,7 @@ from langdetect import DetectorFactory, LangDetectException, detect
 from tqdm import tqdm
 
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents
+from textmill.settings import check_ranges, ranged
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)
@@ -30,9 +31,12 @@ _PRE_TOKENS = regex.compile(GPT2_PATTERN)
 @dataclass(frozen=True)
 class CleanConfig:
     language: str = "en"
-    min_tokens: int = 128
-    langdetect_chars: int = 4000
-    seed: int = 0
+    min_tokens: int = ranged(128, least=0)
+    langdetect_chars: int = ranged(4000, least=1)
+    seed: int = ranged(0, least=0)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
     def params(self) -> dict:
         return asdict(self)

@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
+from textmill.settings import check_ranges, ranged
 from textmill.pipeline.shards import DOC_SCHEMA, JSON_LINE_REASONS, ShardStage, iter_documents, iter_json_lines
 
 _WORD = re.compile(r"\w+")
@@ -29,12 +30,17 @@ _SENTENCE_END = re.compile(r"[.!?]")
 
 @dataclass(frozen=True)
 class DecontaminateConfig:
-    max_ngram: int = 13
-    min_ngram: int = 8
-    cut_chars: int = 200
-    min_fragment_chars: int = 200
-    max_pieces: int = 10
-    key_threshold: int = 10
+    max_ngram: int = ranged(13, least=1)
+    min_ngram: int = ranged(8, least=1)
+    cut_chars: int = ranged(200, least=0)
+    min_fragment_chars: int = ranged(200, least=0)
+    max_pieces: int = ranged(10, least=1)
+    key_threshold: int = ranged(10, least=1)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        if self.min_ngram > self.max_ngram:
+            raise TextmillError(f"min_ngram {self.min_ngram} is more than max_ngram {self.max_ngram}")
 
     def params(self) -> dict:
         return asdict(self)

@@ -31,6 +31,7 @@ from datasketch import MinHash
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
+from textmill.settings import SEED_MAX, check_ranges, ranged
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents, write_json, write_table
 
 _WORD = re.compile(r"\w+")
@@ -39,20 +40,19 @@ _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num
 
 @dataclass(frozen=True)
 class DedupConfig:
-    shingle_size: int = 5
+    shingle_size: int = ranged(5, least=1)
     unit: str = "word"  # "word" or "char"
-    num_perm: int = 128
-    bands: int = 16
-    threshold: float = 0.7  # estimated Jaccard at or above which two documents are duplicates
-    seed: int = 1
+    num_perm: int = ranged(128, least=1)
+    bands: int = ranged(16, least=1)
+    threshold: float = ranged(0.7, above=0, most=1)  # estimated Jaccard at or above which two documents are duplicates
+    seed: int = ranged(1, least=0, most=SEED_MAX)
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         if self.unit not in ("word", "char"):
             raise TextmillError(f"shingle unit must be 'word' or 'char', not {self.unit!r}")
         if self.num_perm % self.bands:
             raise TextmillError(f"num_perm {self.num_perm} is not divisible by bands {self.bands}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise TextmillError(f"threshold must be in (0, 1], not {self.threshold}")
 
     @property
     def rows(self) -> int:

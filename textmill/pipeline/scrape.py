@@ -37,6 +37,7 @@ from tqdm import tqdm
 from yarl import URL
 
 from textmill.errors import TextmillError
+from textmill.settings import check_ranges, ranged
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
 
@@ -47,17 +48,18 @@ HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html
 
 @dataclass(frozen=True)
 class ScrapeConfig:
-    concurrency: int = 32  # URLs fetched at once
-    timeout_s: float = 30.0  # hard wall-clock limit per URL's fetch, everything included
-    extract_timeout_s: float = 10.0  # hard limit on newspaper3k's time per page (in an extraction process)
-    max_bytes: int = 5 * 1024 * 1024  # largest body accepted (after decompression)
-    max_redirects: int = 5
+    concurrency: int = ranged(32, least=1)  # URLs fetched at once
+    timeout_s: float = ranged(30.0, above=0)  # hard wall-clock limit per URL's fetch, everything included
+    extract_timeout_s: float = ranged(10.0, above=0)  # hard limit on newspaper3k's time per page (in an extraction process)
+    max_bytes: int = ranged(5 * 1024 * 1024, least=1)  # largest body accepted (after decompression)
+    max_redirects: int = ranged(5, least=0)
     allow_private: bool = False  # fetch from private/loopback/link-local addresses
     allow_networks: tuple[str, ...] = ()  # non-public networks (CIDR) fetched all the same, e.g. a mirror
     keep_html: bool = False  # write NAME.html.parquet so text can be re-extracted without re-fetching
     user_agent: str = "textmill/0.1 (corpus builder)"
 
     def __post_init__(self):
+        check_ranges(self)
         for network in self.allow_networks:
             try:
                 ipaddress.ip_network(network, strict=False)
@@ -271,7 +273,7 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
     `extractor` runs newspaper3k under `cfg.extract_timeout_s` per page (processes shared across shards);
     None runs it in threads of this process, where nothing can stop a page that never finishes: for
     trusted pages only (tests)."""
-    urls = list(read_rows(url_shard, columns=["id", "url"]))
+    urls = list(read_rows(url_shard, columns=["id", "url"], kind="URL"))
     journal_path = _journal_path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     done = _read_journal(journal_path)

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -103,6 +104,37 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+_REPORTED_DAMAGE: set[str] = set()  # damaged files already reported by this process (say it once)
+
+
+def report_damage(path: Path, problem: str, consequence: str) -> None:
+    """One line on stderr about a damaged file textmill wrote, once per file and process."""
+    if str(path) not in _REPORTED_DAMAGE:
+        _REPORTED_DAMAGE.add(str(path))
+        print(f"textmill: {path} is damaged ({problem}); {consequence}", file=sys.stderr)
+
+
+def read_json_record(path: Path, consequence: str) -> dict | None:
+    """A JSON object textmill wrote (a manifest, a done file, a run record), or None when it is missing. A
+    damaged one (cut short by a full disk, edited by hand) is reported in one line ending in `consequence`
+    and read as missing: every such file is derived, so what wrote it can write it again."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, IsADirectoryError) as exc:
+        report_damage(path, type(exc).__name__, consequence)
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        report_damage(path, "not a whole JSON object", consequence)
+        return None
+    return value
 
 
 def write_json(obj: dict, path: Path) -> None:
@@ -259,8 +291,9 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
     """Resolve files and directories to the sorted list of data shards (NAME.parquet or loose JSON
     NAME.jsonl; sidecars such as NAME.rejects.parquet are skipped).
 
-    In a directory a stage wrote (it holds manifests), every data shard must have its manifest: a
-    shard without one was left by a killed run and must not be read as if it were complete.
+    In a directory a stage wrote (it holds manifests), every data shard must have its manifest, whole: a
+    shard without one was left by a killed run (or its manifest was damaged) and must not be read as if it
+    were complete.
     """
     shards: list[Path] = []
     for item in inputs:
@@ -270,11 +303,12 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
             suffixes = (".parquet",) if stage_dir else (".parquet", ".jsonl", ".json")
             found = sorted(p for p in path.iterdir() if p.suffix in suffixes and _SHARD_NAME.match(p.stem))
             if stage_dir:
-                unfinished = [p.name for p in found if not manifest_path(p).exists()]
+                unfinished = [p.name for p in found
+                              if read_json_record(manifest_path(p), "its shard counts as unfinished") is None]
                 if unfinished:
                     raise TextmillError(
-                        f"{path}: shard(s) {', '.join(unfinished[:3])} have no manifest (an interrupted run); "
-                        "re-run the stage that writes them"
+                        f"{path}: shard(s) {', '.join(unfinished[:3])} have no whole manifest (an interrupted run, "
+                        "or a damaged file); re-run the stage that writes them"
                     )
             shards.extend(found)
         elif path.is_file():
@@ -286,14 +320,37 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
     return shards
 
 
-def read_rows(shard: Path, columns: list[str] | None = None) -> Iterator[dict]:
-    """Stream a shard's rows as dicts, one row group at a time (bounded memory)."""
+SHARD_KINDS = {"URL": (URL_SCHEMA, "`textmill blacklist` writes them; scrape reads them"),
+               "document": (DOC_SCHEMA, "`textmill scrape` and the stages after it write them")}
+
+
+def shard_kind(schema: pa.Schema) -> str | None:
+    """"URL" or "document" for a shard with every column of that kind (with its type), else None."""
+    for kind, (expected, _) in SHARD_KINDS.items():
+        if all(schema.get_field_index(f.name) >= 0 and schema.field(f.name).type == f.type for f in expected):
+            return kind
+    return None
+
+
+def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = None) -> Iterator[dict]:
+    """Stream a shard's rows as dicts, one row group at a time (bounded memory). With `kind` ("URL" or
+    "document"), a shard of another kind or schema is one error naming what it holds and what is wanted;
+    a damaged file is one error, wherever in the file the damage is."""
     try:
         reader = pq.ParquetFile(shard)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
-    for batch in reader.iter_batches(batch_size=_WRITE_BATCH_ROWS, columns=columns):
-        yield from batch.to_pylist()
+    if kind is not None and shard_kind(reader.schema_arrow) != kind:
+        found = shard_kind(reader.schema_arrow)
+        holds = f"{found} rows" if found else f"columns {', '.join(reader.schema_arrow.names)}"
+        expected, who = SHARD_KINDS[kind]
+        raise TextmillError(f"{shard} holds {holds}, not {kind} rows ({', '.join(expected.names)}; {who})")
+    try:
+        for batch in reader.iter_batches(batch_size=_WRITE_BATCH_ROWS, columns=columns):
+            yield from batch.to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        raise TextmillError(f"{shard} is damaged ({str(exc).splitlines()[0][:200]}); write it again by re-running "
+                            "the stage that made it") from None
 
 
 def is_loose_json(path: Path) -> bool:
@@ -349,7 +406,7 @@ def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
     becomes a reject that names its line, never a silent skip. Its id is the "id" field, else one
     derived from "url", else "<file>:<line>"."""
     if not is_loose_json(path):
-        for row in read_rows(path):
+        for row in read_rows(path, kind="document"):
             yield row, None
         return
     from textmill.pipeline.blacklist import url_id

@@ -178,6 +178,15 @@ class Checkpoint:
     format: str  # "torch" or "torch_dist"
     full: dict | None = None  # the single file's tensors (torch format)
 
+    def model_config(self):
+        """The model the checkpoint holds, from its JSON metadata (checked like any config read from a file)."""
+        from textmill.trainer.model import GPTConfig
+
+        try:
+            return GPTConfig(**self.meta["model_config"])
+        except TypeError as exc:
+            raise TextmillError(f"{self.path}: its model_config is not one textmill knows ({exc})") from None
+
     @property
     def release(self) -> bool:
         return self.path.name == "release"
@@ -256,12 +265,12 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
 def load_model(root: Path, device: str | torch.device = "cpu"):
     """The model of the newest checkpoint under `root` (any format and layout), in eval mode, and the
     checkpoint."""
-    from textmill.trainer.model import GPT, GPTConfig
+    from textmill.trainer.model import GPT
 
     ckpt = load_checkpoint(root)
     if ckpt is None:
         raise TextmillError(f"{root}: no checkpoint here ({TRACKER} is missing)")
-    model = GPT(GPTConfig(**ckpt.meta["model_config"]))
+    model = GPT(ckpt.model_config())
     model.load_state_dict(ckpt.load_into({"model": model.state_dict()})["model"])
     return model.to(device).eval(), ckpt
 

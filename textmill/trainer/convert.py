@@ -18,7 +18,7 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
-from textmill.trainer.model import GPT, GPTConfig
+from textmill.trainer.model import GPT
 from textmill.trainer.parallel.dims import ParallelDims, build_mesh, init_distributed, shutdown, torchrun, world_from_env
 from textmill.trainer.parallel.pipeline_parallel import split_stages
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
@@ -35,7 +35,7 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         raise TextmillError(f"{load}: no checkpoint here")
     if Path(save).resolve() == Path(load).resolve():
         raise TextmillError("--save must be another directory than --load")
-    cfg = GPTConfig(**ckpt.meta["model_config"])
+    cfg = ckpt.model_config()
     dims = ParallelDims(tp * pp, tp, pp)
     dims.check(cfg, global_batch=pp, micro_batch=1)  # batch sizes do not matter here
     if fmt == "torch" and dims.distributed:

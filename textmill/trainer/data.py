@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import file_fingerprint, write_json
+from textmill.pipeline.shards import file_fingerprint, report_damage, write_json
 from textmill.tokenizers.blend import blending_indices, normalize, samples_per_dataset
 from textmill.tokenizers.indexed import IndexedDataset
 
@@ -132,15 +132,21 @@ class GPTDataset:
         base = cache_dir / f"{key}-{description['split_name']}"
         names = ("doc_idx", "sample_idx", "shuffle_idx")
         marker = Path(f"{base}.json")
-        if not marker.exists():
-            arrays = build_indices(self.data.lengths, documents, self.seq_len, num_samples, seed)
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            for name, arr in zip(names, arrays):
-                tmp = Path(f"{base}-{name}.tmp-{os.getpid()}.npy")
-                np.save(tmp, arr, allow_pickle=False)
-                os.replace(tmp, f"{base}-{name}.npy")
-            write_json(description, marker)  # last: the cache entry is complete
-        return tuple(np.load(f"{base}-{name}.npy", mmap_mode="r", allow_pickle=False) for name in names)
+        load = lambda: tuple(np.load(f"{base}-{name}.npy", mmap_mode="r", allow_pickle=False) for name in names)  # noqa: E731
+        if marker.exists():
+            try:
+                return load()
+            except (OSError, ValueError) as exc:  # a cache file cut short or damaged: derived, so built again
+                report_damage(Path(f"{base}-*.npy"), str(exc).splitlines()[0][:120], "the sample index is built again")
+                marker.unlink()
+        arrays = build_indices(self.data.lengths, documents, self.seq_len, num_samples, seed)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        for name, arr in zip(names, arrays):
+            tmp = Path(f"{base}-{name}.tmp-{os.getpid()}.npy")
+            np.save(tmp, arr, allow_pickle=False)
+            os.replace(tmp, f"{base}-{name}.npy")
+        write_json(description, marker)  # last: the cache entry is complete
+        return load()
 
     def __len__(self) -> int:
         return len(self.shuffle_idx)

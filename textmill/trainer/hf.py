@@ -174,7 +174,11 @@ def read_hf_weights(folder: Path) -> dict:
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         return {k: v for f in files for k, v in load_file(folder / f).items()}
     if (folder / "pytorch_model.bin").exists():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        try:  # weights_only: a pickle that would run code is refused, never run
+            return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises several types for refused, truncated or foreign files
+            raise TextmillError(f"{folder / 'pytorch_model.bin'}: refused or unreadable ({type(exc).__name__}: "
+                                f"{str(exc).strip().splitlines()[-1][:200]})") from None
     raise TextmillError(f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 
 
@@ -239,11 +243,19 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
 
     folder = Path(folder)
     try:
-        hf = json.loads((folder / "config.json").read_text())
+        hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise TextmillError(f"{folder}/config.json: {exc}") from None
+    if not isinstance(hf, dict) or not isinstance(hf.get("vocab_size"), int) or not isinstance(hf.get("model_type"), str):
+        raise TextmillError(f"{folder}/config.json: not a Hugging Face model config (it needs at least model_type and "
+                            "vocab_size)")
     vocab = hf["vocab_size"]
-    cfg = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
+    try:
+        cfg = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
+    except KeyError as exc:
+        raise TextmillError(f"{folder}/config.json: malformed, it has no {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise TextmillError(f"{folder}/config.json: malformed ({exc})") from None
     weights = {k: v.float() for k, v in read_hf_weights(folder).items()}
     if hf["model_type"] == "gpt2":  # OpenAI's own GPT-2 files name the tensors without "transformer."
         weights = {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in weights.items()}

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from textmill.errors import TextmillError
+
 
 @dataclass
 class GPTConfig:
@@ -42,6 +44,11 @@ class GPTConfig:
     extra: dict = field(default_factory=dict)  # room for settings that do not change the math
 
     def __post_init__(self):
+        # A config also comes from files (checkpoints, Hugging Face config.json): check it before any tensor.
+        for name in ("vocab_size", "num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TextmillError(f"model config: {name} must be a positive whole number, not {value!r}")
         if self.ffn_hidden_size is None:
             if self.activation == "swiglu":
                 self.ffn_hidden_size = 256 * math.ceil(int(8 * self.hidden_size / 3) / 256)

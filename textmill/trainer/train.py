@@ -224,18 +224,27 @@ class TrainState:
     log: list = field(default_factory=list)
 
 
+def check_args(args, world: int, vocab_size: int) -> tuple[GPTConfig, ParallelDims, int]:
+    """The checks that need neither data nor a device, so a bad setting is refused before any work (also
+    when `textmill run` reads [train]): the model config, the parallel layout and the sequence length."""
+    if args.fp16 and (args.use_distributed_optimizer or args.tensor_model_parallel_size > 1 or args.pipeline_model_parallel_size > 1):
+        raise TextmillError("--fp16 is supported with plain data parallelism only (its overflow check is per rank); use --bf16")
+    cfg = model_config(args, vocab_size)
+    dims = parallel_dims(args, world)
+    dims.check(cfg, args.global_batch_size, args.micro_batch_size)
+    seq_len = args.seq_length or cfg.max_position_embeddings
+    if seq_len > cfg.max_position_embeddings:
+        raise TextmillError(f"--seq-length {seq_len} is longer than --max-position-embeddings {cfg.max_position_embeddings}")
+    return cfg, dims, seq_len
+
+
 class Trainer:
     def __init__(self, args):
         self.args = args
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(args.device, local_rank)
         self.vocab_size = unpadded_vocab_size(args)
-        self.cfg = model_config(args, self.vocab_size)
-        self.dims = parallel_dims(args, world)
-        self.dims.check(self.cfg, args.global_batch_size, args.micro_batch_size)
-        self.seq_len = args.seq_length or self.cfg.max_position_embeddings
-        if self.seq_len > self.cfg.max_position_embeddings:
-            raise TextmillError(f"--seq-length {self.seq_len} is longer than --max-position-embeddings {self.cfg.max_position_embeddings}")
+        self.cfg, self.dims, self.seq_len = check_args(args, world, self.vocab_size)
         self.mesh = None
         if self.dims.distributed:
             init_distributed(self.device, args.distributed_timeout_minutes)
@@ -354,7 +363,7 @@ class Trainer:
         if ckpt is None:
             self.say(f"textmill train: no checkpoint in {root}; starting from scratch")
             return
-        saved, wanted = GPTConfig(**ckpt.meta["model_config"]).architecture(), self.cfg.architecture()
+        saved, wanted = ckpt.model_config().architecture(), self.cfg.architecture()
         if saved != wanted:
             diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
             raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
@@ -601,8 +610,7 @@ class Trainer:
 def launch(args) -> str:
     """`textmill train --nproc-per-node N ...`: the same command under torchrun on this machine."""
     n = args.nproc_per_node
-    cfg = model_config(args, unpadded_vocab_size(args))
-    parallel_dims(args, n).check(cfg, args.global_batch_size, args.micro_batch_size)
+    check_args(args, n, unpadded_vocab_size(args))
     argv, skip = [], False
     for a in args.argv:
         if skip or a == "--nproc-per-node" or a.startswith("--nproc-per-node="):
@@ -614,10 +622,8 @@ def launch(args) -> str:
 
 
 def run(args) -> str:
-    if args.nproc_per_node and world_from_env()[0] == 1:
-        return launch(args)
-    if args.fp16 and (args.use_distributed_optimizer or args.tensor_model_parallel_size > 1 or args.pipeline_model_parallel_size > 1):
-        raise TextmillError("--fp16 is supported with plain data parallelism only (its overflow check is per rank); use --bf16")
+    if args.nproc_per_node and args.nproc_per_node > 1 and world_from_env()[0] == 1:
+        return launch(args)  # one process needs no torchrun: it runs here
     started = time.perf_counter()
     try:
         result = Trainer(args).train()

@@ -3,28 +3,66 @@ run recorded as a dated folder with its report and a line in the results table."
 
 from __future__ import annotations
 
-import json
+import fcntl
+import logging
+import os
 import shutil
+import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import luigi
+import luigi.rpc
+import luigi.scheduler
+import luigi.worker
 
-from textmill.pipeline.shards import atomic_path, manifest_path, write_json
-from textmill.workflows.tasks import EndToEnd, RunTask
+from textmill.errors import RunFailed, TextmillError, is_disk_error
+from textmill.pipeline.shards import atomic_path, manifest_path, read_json_record, write_json
+from textmill.workflows.tasks import EndToEnd, RunTask, run_config
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
 RUNS = "runs"
 
 
+class FailFastWorker(luigi.worker.Worker):
+    """A Luigi worker that, when a task fails deterministically (bad input or settings: its failure record
+    says so), marks it disabled right after reporting the failure, so the scheduler does not retry what
+    would fail the same way. The scheduler judges a failure by the retry policy it got when the task was
+    scheduled, before anyone knew the failure, hence this second report. A task disabled by a worker
+    becomes pending again when the next run schedules it, on luigid too."""
+
+    def _add_task(self, *args, **kwargs):
+        super()._add_task(*args, **kwargs)
+        task = self._scheduled_tasks.get(kwargs.get("task_id"))
+        if kwargs.get("status") == luigi.scheduler.FAILED and isinstance(task, RunTask):
+            record = read_record(task, FAILURES)
+            if record and record.get("deterministic"):
+                super()._add_task(*args, **{**kwargs, "status": luigi.scheduler.DISABLED})
+
+
+class Schedulers:
+    """The factory luigi.build takes, with FailFastWorker as the worker (as Luigi's own, otherwise)."""
+
+    def create_local_scheduler(self):
+        return luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
+
+    def create_remote_scheduler(self, url):
+        return luigi.rpc.RemoteScheduler(url)
+
+    def create_worker(self, scheduler, worker_processes, assistant=False):
+        return FailFastWorker(scheduler=scheduler, worker_processes=worker_processes, assistant=assistant)
+
+
 def configure_luigi() -> None:
     """Settings for unattended runs, unless the user's luigi.cfg says otherwise: a task is checked again
     before it runs (another worker may have done it); a worker stays while tasks it waits for run
     elsewhere (several workers on one central scheduler all finish together) and retries a failed task
-    (at most RunTask.retry_count times); a failed run exits non-zero."""
+    (RunTask.retry_count tries) unless its failure is deterministic (FailFastWorker); a failed run exits
+    non-zero."""
     config = luigi.configuration.get_config()
     defaults = {("worker", "check_complete_on_run"): "true", ("worker", "keep_alive"): "true",
                 ("core", "autoload_range"): "false", ("retcode", "task_failed"): "1",
@@ -33,6 +71,9 @@ def configure_luigi() -> None:
     for (section, option), value in defaults.items():
         if not config.has_option(section, option):
             config.set(section, option, value)
+    interface = logging.getLogger("luigi-interface")
+    if not any(isinstance(f, OneLineForKnownErrors) for f in interface.filters):
+        interface.addFilter(OneLineForKnownErrors())
 
 
 def record_file(task: RunTask, kind: str) -> Path:
@@ -41,20 +82,47 @@ def record_file(task: RunTask, kind: str) -> Path:
 
 
 def write_record(task: RunTask, kind: str, record: dict) -> None:
+    """Write a failure or timing record; where the disk refuses (full, read-only), say so in one line: the
+    record is a note for `textmill status` and the report, and the run's own error says what failed."""
     path = record_file(task, kind)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"task": task.task_id, **record}, indent=1))
+    try:
+        write_json({"task": task.task_id, **record}, path)
+    except OSError as exc:
+        print(f"textmill: could not write {path} ({exc.strerror or exc})", file=sys.stderr)
+
+
+def read_record(task: RunTask, kind: str) -> dict | None:
+    return read_json_record(record_file(task, kind), "ignored (it is rewritten when the task next runs)")
 
 
 def failure_file(task: RunTask) -> Path:
     return record_file(task, FAILURES)
 
 
+def failure_cause(exception: BaseException) -> str:
+    """The line that says what failed: a TextmillError's own message, else the exception's type and message."""
+    if isinstance(exception, TextmillError):
+        return str(exception)
+    return f"{type(exception).__name__}: {exception}"
+
+
 @RunTask.event_handler(luigi.Event.FAILURE)
 def record_failure(task: RunTask, exception: BaseException) -> None:
-    write_record(task, FAILURES, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                  "error": f"{type(exception).__name__}: {exception}",
+    write_record(task, FAILURES, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "error": failure_cause(exception),
+                                  "deterministic": isinstance(exception, TextmillError)
+                                  and not isinstance(exception, RunFailed),
                                   "traceback": traceback.format_exception(exception)[-6:]})
+
+
+class OneLineForKnownErrors(logging.Filter):
+    """Luigi logs a failed task with its traceback; for a TextmillError (bad input or settings) or a disk
+    that is full or read-only, the message is the whole story, so the log gets that one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and (isinstance(record.exc_info[1], TextmillError) or is_disk_error(record.exc_info[1])):
+            record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]}", ()
+            record.exc_info = record.exc_text = None
+        return True
 
 
 @RunTask.event_handler(luigi.Event.SUCCESS)
@@ -69,8 +137,8 @@ def record_time(task: RunTask, seconds: float) -> None:
 
 
 def task_seconds(task: RunTask) -> float:
-    path = record_file(task, TIMES)
-    return json.loads(path.read_text())["seconds"] if path.exists() else 0.0
+    record = read_record(task, TIMES)
+    return float(record.get("seconds", 0.0)) if record else 0.0
 
 
 class RunResult(NamedTuple):
@@ -80,15 +148,54 @@ class RunResult(NamedTuple):
     folder: Path  # runs/<name>: run.json and report.html
 
 
+@contextmanager
+def work_lock(work: Path) -> Iterator[None]:
+    """Hold WORK/.textmill/run.lock while a run without a central scheduler works in WORK: a second such
+    run refuses at once, in one line, rather than sharing scrape journals and temporary files. The kernel
+    drops the lock with the process, so a killed run leaves nothing to clean."""
+    path = work / ".textmill" / "run.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise TextmillError(f"{work}: cannot write there ({exc.strerror or exc}); give [run] work_dir a folder "
+                            "this user can write") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise TextmillError(f"another `textmill run` is working in {work} ({holder}); wait for it to finish, or "
+                                "run several workers through a central scheduler (--scheduler-url)") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        lock.flush()
+        yield
+
+
 def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = None) -> RunResult:
     """Build the run of `config`, then record it as a dated run: work/runs/<date_time>/run.json and
-    report.html, work/report.html (the newest), and the results table of the last runs."""
-    configure_luigi()
+    report.html, work/report.html (the newest), and the results table of the last runs. Without a central
+    scheduler the run holds WORK's lock (work_lock) throughout."""
     config = Path(config).resolve()
+    if scheduler_url:
+        return build_and_record(config, workers, {"scheduler_url": scheduler_url})
+    with work_lock(run_config(str(config)).run.work_dir):
+        return build_and_record(config, workers, {"local_scheduler": True})
+
+
+def build_and_record(config: Path, workers: int, scheduler: dict) -> RunResult:
+    configure_luigi()
     name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
-    kwargs = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
     target = EndToEnd(str(config))
-    result = luigi.build([target], workers=workers, detailed_summary=True, log_level="WARNING", **kwargs)
+    # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
+    # would not look at it): its record is rebuilt rather than missing from every later report.
+    damaged = [task for task in graph(config) if isinstance(task, RunTask) and task.done_file().exists()
+               and not task.complete()]
+    result = luigi.build([target, *damaged], workers=workers, detailed_summary=True, log_level="WARNING",
+                         worker_scheduler_factory=Schedulers(), **scheduler)
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
     ok = target.complete()
     record = run_record(config, name, started_at, time.perf_counter() - started, ok)
@@ -116,16 +223,17 @@ def task_states(config: Path) -> list[dict]:
     states = []
     for task in graph(config):
         state, reason = ("done" if task.complete() else "pending"), None
-        if state == "pending" and isinstance(task, RunTask) and failure_file(task).exists():
-            record = json.loads(failure_file(task).read_text())
-            state, reason = "failed", f"{record['error']} ({record['time']})"
+        record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
+        if record:
+            state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
         params = ", ".join(f"{k}={v}" for k, v in task.param_kwargs.items() if k != "config")
         states.append({"task": f"{task.task_family}({params})", "state": state, "reason": reason})
     return states
 
 
 def read(path: Path) -> dict:
-    return json.loads(path.read_text())
+    """A done file or manifest of a task found complete (so whole), or a run record."""
+    return read_json_record(path, "ignored") or {}
 
 
 def corpus_record(config: str) -> dict:
@@ -169,8 +277,10 @@ def corpus_record(config: str) -> dict:
 def earlier_histograms(work: Path, dataset: str) -> dict | None:
     """The document histograms of the newest earlier run of the same token files (a run that finds the
     corpus done does not read it again)."""
-    for path in sorted((work / RUNS).glob("*/run.json"), reverse=True):
-        corpus = read(path).get("corpus") or {}
+    from textmill.report import read_runs
+
+    for record in reversed(read_runs(work / RUNS)):
+        corpus = record.get("corpus") or {}
         if corpus.get("dataset") == dataset and "histograms" in corpus:
             return corpus["histograms"]
     return None
@@ -209,8 +319,7 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
 
 def record_run(config: Path, record: dict) -> Path:
     """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
-    from textmill.report import write_report, write_results
-    from textmill.workflows.tasks import run_config
+    from textmill.report import read_runs, write_report, write_results
 
     cfg = run_config(str(config))
     runs = cfg.run.work_dir / RUNS
@@ -225,7 +334,7 @@ def record_run(config: Path, record: dict) -> Path:
             folder = runs / f"{record['run']}-{k}"
     record["run"] = folder.name
     write_json(record, folder / "run.json")
-    records = [read(p) for p in sorted(runs.glob("*/run.json"))]
+    records = read_runs(runs)
     history = [r for r in records if r["run"] <= record["run"]][-cfg.run.results_runs:]
     write_report(record, history, folder / "report.html")
     with atomic_path(cfg.run.work_dir / "report.html") as tmp:

@@ -25,7 +25,8 @@ from pathlib import Path
 import luigi
 
 from textmill.config import RunConfig, load_config
-from textmill.pipeline.shards import file_fingerprint, manifest_path, write_json
+from textmill.errors import RunFailed, TextmillError
+from textmill.pipeline.shards import file_fingerprint, manifest_path, read_json_record, write_json
 
 TASK_FILE = "task.json"
 KEYS: dict[tuple, str] = {}  # RunTask.key's memo
@@ -73,7 +74,9 @@ class RunTask(luigi.Task):
     """A task of the run described by `config` (a TOML file)."""
 
     config = luigi.Parameter(description="the run's TOML file")
-    retry_count = 2  # a failed task is retried at most twice in one run (bounded, for unattended runs)
+    # Tries in one run of a task whose failure a retry may cure (a network fault, a killed process); a
+    # deterministic failure is not retried (runner.FailFastWorker).
+    retry_count = 2
 
     @property
     def cfg(self) -> RunConfig:
@@ -99,6 +102,14 @@ class RunTask(luigi.Task):
 
     def output(self):
         return luigi.LocalTarget(str(self.done_file()))
+
+    def complete(self) -> bool:
+        """Done when its done file (written last) is there and, for a JSON record, whole: a damaged one means
+        the task runs again."""
+        done = self.done_file()
+        if done.suffix != ".json":  # MinHash signatures: a Parquet file, renamed into place when whole
+            return done.exists()
+        return read_json_record(done, "its task will run again") is not None
 
     def done_file(self) -> Path:
         return self.folder() / TASK_FILE
@@ -175,17 +186,8 @@ class BlacklistShard(ShardTask):
 class ScrapeShard(ShardTask):
     stage = "2-scrape"
 
-    def scrape_config(self):
-        from textmill.pipeline.scrape import ScrapeConfig
-
-        s = self.cfg.scrape
-        return ScrapeConfig(concurrency=s.concurrency, timeout_s=s.timeout_s, extract_timeout_s=s.extract_timeout_s,
-                            max_bytes=s.max_bytes,
-                            max_redirects=s.max_redirects, allow_private=s.allow_private_addresses,
-                            allow_networks=s.allow_networks, keep_html=s.keep_html)
-
     def own_key(self) -> str:
-        significant = {k: v for k, v in self.scrape_config().params().items() if k != "concurrency"}
+        significant = {k: v for k, v in self.cfg.scrape.stage_config().params().items() if k != "concurrency"}
         return key_of(BlacklistShard(self.config, self.shard).key(), significant)
 
     def requires(self):
@@ -194,7 +196,7 @@ class ScrapeShard(ShardTask):
     def run(self):
         from textmill.pipeline.scrape import scrape_shards
 
-        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.scrape_config(),
+        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.cfg.scrape.stage_config(),
                       self.cfg.scrape.extract_workers)
 
 
@@ -482,15 +484,21 @@ class TrainGPT(RunTask):
                    "--nproc-per-node", str(self.cfg.train.nproc_per_node), *self.cfg.train.options]
         self.folder().mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
+        cause = ""  # the first error line of the trainer (of any of its processes under torchrun)
         with open(self.folder() / "train.log", "a", encoding="utf-8") as log:
             log.write("$ " + " ".join(command) + "\n")
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
             for line in proc.stdout:
                 print(line, end="", flush=True)
                 log.write(line)
+                if not cause and line.startswith("textmill: error: "):
+                    cause = line.strip().removeprefix("textmill: error: ")
             code = proc.wait()
+        if code == 2:  # bad settings or input, which a retry would not change
+            raise TextmillError(f"textmill train: {cause}")
         if code != 0:
-            raise RuntimeError(f"textmill train exited with status {code}; its log is {self.folder() / 'train.log'}")
+            raise RunFailed(f"textmill train exited with status {code}: {cause or 'no error line'} (log: "
+                            f"{self.folder() / 'train.log'})")
         records = read_metrics(self.checkpoints())
         valid = [r for r in records if "valid_loss" in r]
         self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),

@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from textmill.errors import TextmillError
+from textmill.errors import RunFailed, TextmillError
 
 
 @dataclass(frozen=True)
@@ -103,4 +103,4 @@ def torchrun(n: int, program: list[str]) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", *program]
     code = subprocess.run(cmd).returncode
     if code:
-        raise TextmillError(f"torchrun with {n} processes ended with exit status {code} (see the errors above)")
+        raise RunFailed(f"torchrun with {n} processes ended with exit status {code} (see the errors above)")
