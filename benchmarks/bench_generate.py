@@ -31,7 +31,8 @@ from textmill import synthweb
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, padded_vocab_size
 from textmill.trainer.checkpoint import save_checkpoint
 from textmill.trainer.generate import SamplingParams, TokenText, generate
-from textmill.trainer.model import GPT, GPTConfig, PRESETS
+from textmill.trainer.config import PRESETS, GPTConfig
+from textmill.trainer.model import GPT
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

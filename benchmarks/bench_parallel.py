@@ -48,7 +48,8 @@ def worker(out: Path, argv: list[str], steps: int) -> None:
     import torch
     from torch.distributed.tensor import DTensor
 
-    from textmill.trainer.train import Trainer, add_train_arguments
+    from textmill.trainer.config import add_train_arguments
+    from textmill.trainer.train import Trainer
     from textmill.trainer.parallel.dims import shutdown
 
     parser = argparse.ArgumentParser()

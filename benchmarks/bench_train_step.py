@@ -22,7 +22,8 @@ import torch
 
 import torch.nn.functional as F
 
-from textmill.trainer.model import GPT, GPTConfig, training_flops
+from textmill.trainer.config import GPTConfig
+from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import make_optimizer
 
 

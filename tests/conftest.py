@@ -72,7 +72,7 @@ def corpus(tmp_path_factory):
 
 
 def train_args(corpus, *extra: str) -> argparse.Namespace:
-    from textmill.trainer.train import add_train_arguments
+    from textmill.trainer.config import add_train_arguments
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

@@ -124,3 +124,14 @@ def test_the_demo_web_moves_to_a_free_port_when_its_own_is_taken(capsys):
             with urllib.request.urlopen(synthweb.base_url(server) + web.url_paths[0], timeout=10) as page:
                 assert page.status == 200
     assert f"port {port} is taken" in capsys.readouterr().out
+
+
+def test_building_the_command_line_imports_no_heavy_library():
+    """`textmill --help` answers at once: the parsers are built without torch, datasketch, scipy, matplotlib or
+    transformers (each command imports what it needs when it runs)."""
+    heavy = ("torch", "datasketch", "scipy", "matplotlib", "transformers")
+    code = ("import sys, textmill.cli as cli\ncli.build_parser()\n"
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""

@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-prefix", required=True, help="writes PREFIX.bin and PREFIX.idx")
     p.set_defaults(func=cmd_merge_datasets)
 
-    from textmill.trainer.train import add_train_arguments
+    from textmill.trainer.config import add_train_arguments
 
     p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
                        description="Train a GPT (GPT-2, or LLaMA-style blocks) on Megatron .bin/.idx datasets, with "

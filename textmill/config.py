@@ -187,7 +187,7 @@ def train_parser():
     """`textmill train`'s argument parser, reporting a bad [train] as an error rather than exiting."""
     import argparse
 
-    from textmill.trainer.train import add_train_arguments
+    from textmill.trainer.config import add_train_arguments
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
@@ -363,7 +363,7 @@ def load_config(path: str | Path) -> RunConfig:
 def check_train(cfg: RunConfig) -> None:
     """The trainer's own checks of its options (model, parallel layout, sequence length), with the
     vocabulary [tokenize] will give it, so that a bad [train] is refused before the corpus is built."""
-    from textmill.trainer.train import check_args, unpadded_vocab_size
+    from textmill.trainer.config import check_args, unpadded_vocab_size
 
     args = train_parser().parse_args(["--data-path", "unused", *cfg.train.options])
     args.vocab_file, args.vocab_size = cfg.tokenize.vocab_file, cfg.tokenize.vocab_size

@@ -21,8 +21,8 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.settings import check_ranges, ranged
 from textmill.pipeline.shards import DOC_SCHEMA, JSON_LINE_REASONS, ShardStage, iter_documents, iter_json_lines
+from textmill.settings import check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")

@@ -27,12 +27,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from datasketch import MinHash
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.settings import SEED_MAX, check_ranges, ranged
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents, write_json, write_table
+from textmill.settings import SEED_MAX, check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
@@ -78,11 +77,15 @@ def shingles(text: str, size: int, unit: str) -> set[bytes]:
 
 @functools.lru_cache(maxsize=8)
 def _permutations(num_perm: int, seed: int):
+    from datasketch import MinHash  # here, not at the top: datasketch brings scipy, which `--help` need not load
+
     return MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
 
 
 def signature(text: str, cfg: DedupConfig) -> np.ndarray:
     """The MinHash signature (uint32[num_perm]) of one document."""
+    from datasketch import MinHash
+
     # crc32 is a deterministic C hash; datasketch's affine scheme avalanches it before permuting.
     # The permutations are drawn once per (num_perm, seed), not per document.
     m = MinHash(

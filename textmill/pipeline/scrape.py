@@ -37,9 +37,9 @@ from tqdm import tqdm
 from yarl import URL
 
 from textmill.errors import TextmillError
-from textmill.settings import check_ranges, ranged
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
 from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
+from textmill.settings import check_ranges, ranged
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)

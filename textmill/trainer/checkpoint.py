@@ -180,7 +180,7 @@ class Checkpoint:
 
     def model_config(self):
         """The model the checkpoint holds, from its JSON metadata (checked like any config read from a file)."""
-        from textmill.trainer.model import GPTConfig
+        from textmill.trainer.config import GPTConfig
 
         try:
             return GPTConfig(**self.meta["model_config"])

@@ -23,7 +23,8 @@ import torch
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
 from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model, save_checkpoint
-from textmill.trainer.model import GPT, GPTConfig
+from textmill.trainer.config import GPTConfig
+from textmill.trainer.model import GPT
 
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 # Hugging Face names of the tanh-approximated GELU (the same function up to rounding).

@@ -13,70 +13,13 @@ the rows into contiguous blocks gives each tensor-parallel rank whole heads.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from textmill.errors import TextmillError
-
-
-@dataclass
-class GPTConfig:
-    vocab_size: int  # padded, as Megatron pads it (tokenizers.gpt2.padded_vocab_size)
-    num_layers: int = 12
-    hidden_size: int = 768
-    num_attention_heads: int = 12
-    max_position_embeddings: int = 1024
-    ffn_hidden_size: int | None = None  # 4h for GELU; SwiGLU defaults to Megatron-LLaMA's 2/3 of 4h, rounded
-    position_embedding: str = "learned"  # or "rope"
-    normalization: str = "layernorm"  # or "rmsnorm"
-    activation: str = "gelu"  # "gelu" (exact, Megatron's default), "gelu_tanh" (OpenAI GPT-2), "swiglu"
-    tie_embeddings: bool = True
-    bias: bool = True
-    norm_epsilon: float = 1e-5
-    rope_theta: float = 10000.0
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    init_std: float = 0.02
-    extra: dict = field(default_factory=dict)  # room for settings that do not change the math
-
-    def __post_init__(self):
-        # A config also comes from files (checkpoints, Hugging Face config.json): check it before any tensor.
-        for name in ("vocab_size", "num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TextmillError(f"model config: {name} must be a positive whole number, not {value!r}")
-        if self.ffn_hidden_size is None:
-            if self.activation == "swiglu":
-                self.ffn_hidden_size = 256 * math.ceil(int(8 * self.hidden_size / 3) / 256)
-            else:
-                self.ffn_hidden_size = 4 * self.hidden_size
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def architecture(self) -> dict:
-        """The fields that decide the shapes and the math of the trained function (not dropout or init),
-        i.e. what a checkpoint's weights must agree with."""
-        return {k: v for k, v in asdict(self).items()
-                if k not in ("hidden_dropout", "attention_dropout", "init_std", "extra")}
-
-
-# Named sizes: GPT-2's four (Radford et al. 2019, as Megatron configures them) and one for CPU runs.
-PRESETS = {
-    "tiny": dict(num_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=256),
-    "gpt2-124m": dict(num_layers=12, hidden_size=768, num_attention_heads=12, max_position_embeddings=1024),
-    "gpt2-345m": dict(num_layers=24, hidden_size=1024, num_attention_heads=16, max_position_embeddings=1024),
-    "gpt2-774m": dict(num_layers=36, hidden_size=1280, num_attention_heads=20, max_position_embeddings=1024),
-    "gpt2-1.5b": dict(num_layers=48, hidden_size=1600, num_attention_heads=25, max_position_embeddings=1024),
-}
+from textmill.trainer.config import GPTConfig
 
 
 def make_norm(cfg: GPTConfig) -> nn.Module:

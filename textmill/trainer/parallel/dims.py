@@ -11,11 +11,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from textmill.errors import RunFailed, TextmillError
+
+if TYPE_CHECKING:  # torch is imported by what makes a process group; the layout checks need none
+    import torch
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def world_from_env() -> tuple[int, int, int]:
 def init_distributed(device: torch.device, timeout_minutes: float) -> None:
     """Join torchrun's process group: NCCL on GPUs, gloo on CPUs. Collectives time out rather than hang
     when a peer is lost."""
+    import torch.distributed as dist
+
     if dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -92,6 +95,8 @@ def build_mesh(dims: ParallelDims, device: torch.device):
 def shutdown(clean: bool = True) -> None:
     """Leave the process group: after success with a barrier first (gloo can abort at exit without one); after
     a failure without, since the other ranks may be waiting on this one and will never reach it."""
+    import torch.distributed as dist
+
     if dist.is_initialized():
         if clean:
             dist.barrier()
