@@ -83,10 +83,6 @@ def shard_name(text: str) -> str:
     return name
 
 
-def is_finished(shard: Path) -> bool:
-    return shard.exists() and manifest_path(shard).exists()
-
-
 def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
@@ -424,10 +420,6 @@ def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
         doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
         row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
         yield row, None
-
-
-def count_rows(shard: Path) -> int:
-    return pq.ParquetFile(shard).metadata.num_rows
 
 
 def summarize(manifests: list[dict]) -> dict:

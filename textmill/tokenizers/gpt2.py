@@ -148,9 +148,6 @@ class GPT2Tokenizer:
         With no special token allowed, '<|endoftext|>' is encoded as ordinary text, as in `encode`."""
         return self._encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
 
-    def encode_batch(self, texts: list[str], threads: int = 1) -> list[list[int]]:
-        return self._encoding.encode_ordinary_batch(texts, num_threads=threads)
-
     def decode(self, ids: list[int]) -> str:
         return self._encoding.decode(ids, errors="replace")
 

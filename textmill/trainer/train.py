@@ -32,8 +32,8 @@ from textmill.trainer.parallel.dims import build_mesh, init_distributed, shutdow
 from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
-# Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
 METRICS = "metrics.jsonl"  # one JSON record per logged iteration, in the --save folder
+# Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
 
