@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, padded_vocab_size
 from textmill.trainer.checkpoint import save_checkpoint
-from textmill.trainer.generate import SamplingParams, TokenText, generate
+from textmill.inference.generate import SamplingParams, TokenText, generate
 from textmill.trainer.config import PRESETS, GPTConfig
 from textmill.trainer.model import GPT
 

@@ -98,7 +98,7 @@ def measure(data: dict, nproc: int, flags: list[str], model: list[str], steps: i
 
 def make_data(root: Path) -> dict:
     """Random tokens (a 512-token vocabulary) in Megatron .bin/.idx form: enough samples for any run here."""
-    from textmill.tokenizers.indexed import IndexedDatasetWriter
+    from textmill.megatron.indexed import IndexedDatasetWriter
 
     rng = np.random.default_rng(0)
     prefix = root / "random_text_document"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from datasketch import MinHash
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.pipeline.blacklist import UrlRules, blacklist_files
 from textmill.pipeline.clean import CleanConfig, clean_document, approx_token_count
 from textmill.pipeline.dedup import DedupConfig, shingles, signature

@@ -52,8 +52,8 @@ def write_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
     """Loose JSON lines, returns bytes. 70% of documents are 1-8 LAMBADA passages (real English from
     novels) in which 5% of the words are replaced by new word forms, so the vocabulary keeps growing as
     in web text (Heaps' law) instead of repeating, which would flatter the baseline's per-word cache;
-    30% are generated prose (textmill.synthweb)."""
-    from textmill import synthweb
+    30% are generated prose (textmill.demo.synthweb)."""
+    from textmill.demo import synthweb
 
     rng = random.Random(seed)
     lambada = [json.loads(line)["text"] for line in (GPT2_DATA / "lambada_test.jsonl").open()]
@@ -103,7 +103,7 @@ def _encode_line(line: str) -> list[int]:
 def child_megatron(corpus: Path, out: Path, workers: int) -> dict:
     import numpy as np
 
-    from textmill.tokenizers.indexed import IndexedDatasetWriter
+    from textmill.megatron.indexed import IndexedDatasetWriter
 
     started = time.perf_counter()
     writer = IndexedDatasetWriter(out / "megatron_text_document", np.uint16)

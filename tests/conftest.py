@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from textmill import synthweb
-from textmill.demo import cloze_passages
+from textmill.demo import synthweb
+from textmill.demo.run import cloze_passages
 
 TEST_DATA = Path(__file__).resolve().parent / "data"  # real files, committed: see data/SOURCES.md
 

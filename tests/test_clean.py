@@ -1,4 +1,4 @@
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_shards, token_counter
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.cli import build_parser
 from textmill.pipeline.shards import list_shards
 
@@ -70,7 +70,7 @@ def test_killed_stage_leaves_nothing_finished_and_rerun_gives_same_bytes(tmp_pat
 @pytest.mark.slow
 def test_demo_runs_the_whole_chain(tmp_path):
     from conftest import TEST_DATA
-    from textmill.tokenizers.indexed import IndexedDataset
+    from textmill.megatron.indexed import IndexedDataset
 
     import socket
 
@@ -112,7 +112,7 @@ def test_the_demo_web_moves_to_a_free_port_when_its_own_is_taken(capsys):
     import socket
     import urllib.request
 
-    from textmill.demo import serve_web
+    from textmill.demo.run import serve_web
 
     web = synthweb.build_web(seed=1, articles=3, near_duplicates=0, foreign=0, mojibake=0, short=0)
     with socket.socket() as taken:

@@ -3,7 +3,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.errors import TextmillError
 from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards, words_with_spans
 

@@ -3,7 +3,7 @@ import random
 
 import pyarrow.parquet as pq
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.pipeline.dedup import DedupConfig, dedup_shards, shingles
 
 from conftest import write_jsonl

@@ -9,10 +9,10 @@ import warnings
 import pytest
 import torch
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
 from textmill.trainer.checkpoint import load_model
-from textmill.trainer.lambada import Cloze, evaluate_lambada, make_cloze, score_clozes
+from textmill.evaluate.lambada import Cloze, evaluate_lambada, make_cloze, score_clozes
 from textmill.trainer.train import Trainer
 
 from conftest import TEST_DATA, run_cli, train_args, write_jsonl

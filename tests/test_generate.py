@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
-from textmill.trainer.generate import SamplingParams, TokenText, filter_logits, generate
+from textmill.inference.generate import SamplingParams, TokenText, filter_logits, generate
 
 from conftest import run_cli
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 
 from conftest import TEST_DATA, run_cli, write_jsonl
 

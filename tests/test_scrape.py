@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import UrlRules, blacklist_files
 from textmill.pipeline.extract import extract

@@ -2,14 +2,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import (
-    DOC_SCHEMA,
-    ShardStage,
-    iter_documents,
-    list_shards,
-    manifest_path,
-    rejects_path,
-)
+from textmill.pipeline.documents import iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, list_shards, manifest_path, rejects_path
 
 from conftest import write_jsonl
 

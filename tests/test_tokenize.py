@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.tokenizers.blend import blending_indices, parse_data_path, samples_per_dataset
+from textmill.trainer.blend import blending_indices, parse_data_path, samples_per_dataset
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
-from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter
+from textmill.megatron.indexed import IndexedDataset, IndexedDatasetWriter
 
 from conftest import TEST_DATA, run_cli, write_jsonl
 from test_tokenizers import MERGES, VOCAB, hf_tokenizer

@@ -5,11 +5,11 @@ import struct
 import numpy as np
 import pytest
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_merges, padded_vocab_size
 from textmill.tokenizers.train import train_bpe, vocab_files
-from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
+from textmill.megatron.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
 
 from conftest import TEST_DATA
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from textmill.errors import TextmillError
-from textmill.tokenizers.indexed import IndexedDataset, IndexedDatasetWriter
+from textmill.megatron.indexed import IndexedDataset, IndexedDatasetWriter
 from textmill.trainer.data import GPTDataset, build_indices, split_ranges
 from textmill.trainer.optim import LRSchedule
 from textmill.trainer.train import Trainer

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from textmill import synthweb
-from textmill.tokenizers.indexed import IndexedDataset
+from textmill.demo import synthweb
+from textmill.megatron.indexed import IndexedDataset
 from textmill.workflows.runner import run_workflow
 from textmill.workflows.tasks import MergeDataset, ScrapeShard
 

@@ -165,7 +165,7 @@ def cmd_train_tokenizer(args) -> str:
 
 
 def cmd_merge_datasets(args) -> str:
-    from textmill.tokenizers.indexed import merge_directory
+    from textmill.megatron.indexed import merge_directory
 
     started = time.perf_counter()
     merged, parts = merge_directory(Path(args.input), Path(args.output_prefix))
@@ -180,7 +180,7 @@ def cmd_train(args) -> str:
 
 
 def cmd_evaluate_lambada(args) -> str:
-    from textmill.trainer.lambada import evaluate_lambada
+    from textmill.evaluate.lambada import evaluate_lambada
     from textmill.trainer.train import pick_device
 
     started = time.perf_counter()
@@ -195,7 +195,7 @@ def cmd_evaluate_lambada(args) -> str:
 
 
 def cmd_export_hf(args) -> str:
-    from textmill.trainer.hf import export_hf
+    from textmill.interop.hf import export_hf
 
     started = time.perf_counter()
     r = export_hf(args.load, args.output, args.vocab_file, args.merge_file)
@@ -204,7 +204,7 @@ def cmd_export_hf(args) -> str:
 
 
 def cmd_import_hf(args) -> str:
-    from textmill.trainer.hf import import_hf
+    from textmill.interop.hf import import_hf
 
     started = time.perf_counter()
     r = import_hf(args.folder, args.save, args.make_vocab_size_divisible_by, args.vocab_file, args.merge_file)
@@ -213,7 +213,7 @@ def cmd_import_hf(args) -> str:
 
 
 def cmd_checkpoint_convert(args) -> str:
-    from textmill.trainer.convert import convert_checkpoint
+    from textmill.interop.convert import convert_checkpoint
 
     r = convert_checkpoint(args.load, args.save, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
                            args.ckpt_format, args.argv[1:])
@@ -227,7 +227,7 @@ def cmd_serve(args) -> str:
     import signal
     import threading
 
-    from textmill.trainer.server import Limits, TextGenerator, make_server
+    from textmill.inference.server import Limits, TextGenerator, make_server
     from textmill.trainer.train import pick_device
 
     limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate)
@@ -255,7 +255,7 @@ def cmd_serve(args) -> str:
 
 
 def cmd_generate(args) -> str:
-    from textmill.trainer.client import LocalModel, RemoteModel, run_client
+    from textmill.inference.client import LocalModel, RemoteModel, run_client
     from textmill.trainer.train import pick_device
 
     if args.url and args.stop:
@@ -540,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="list the done tasks too")
     p.set_defaults(func=cmd_status)
 
-    from textmill.trainer import server
+    from textmill.inference import server
 
     p = sub.add_parser("serve", help="Serve a checkpoint over HTTP with Megatron-LM's text generation API.",
                        description=server.__doc__, formatter_class=DocstringHelpFormatter)
@@ -557,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="log one line per request (method, path, status, seconds) to stderr")
     p.set_defaults(func=cmd_serve)
 
-    from textmill.trainer import client
+    from textmill.inference import client
 
     p = sub.add_parser("generate", help="Generate text from a checkpoint, through a server (--url) or locally (--load).",
                        description=client.__doc__, formatter_class=DocstringHelpFormatter)
@@ -582,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (--load)")
     p.set_defaults(func=cmd_generate)
 
-    from textmill.demo import add_demo_parser
+    from textmill.demo.run import add_demo_parser
     from textmill.schedule import add_schedule_parser
 
     add_schedule_parser(sub)

@@ -12,7 +12,9 @@ import html
 import io
 from pathlib import Path
 
-from textmill.pipeline.shards import atomic_path, read_json_record, summarize
+from textmill.io.files import atomic_path, read_json_record
+
+from textmill.pipeline.shards import summarize
 
 # -- lines -------------------------------------------------------------------------------------------------
 
@@ -268,7 +270,7 @@ def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from textmill.tokenizers.indexed import IndexedDataset
+    from textmill.megatron.indexed import IndexedDataset
 
     characters = []
     for shard in document_shards:  # one column of one shard at a time

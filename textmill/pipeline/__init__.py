@@ -1,1 +1,2 @@
-"""Corpus stages as plain functions over Parquet shards. Nothing in here imports Luigi."""
+"""The corpus stages, one module each (blacklist, scrape with extract, dedup, clean, shuffle, decontaminate),
+over Parquet shards (`shards`, `documents`). Nothing in here imports Luigi."""

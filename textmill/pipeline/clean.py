@@ -21,7 +21,11 @@ import regex
 from langdetect import DetectorFactory, LangDetectException, detect
 from tqdm import tqdm
 
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents
+from textmill.io.files import file_fingerprint
+
+from textmill.pipeline.documents import iter_documents
+
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage
 from textmill.settings import check_ranges, ranged
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 

@@ -21,7 +21,9 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import DOC_SCHEMA, JSON_LINE_REASONS, ShardStage, iter_documents, iter_json_lines
+from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
+from textmill.pipeline.documents import iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage
 from textmill.settings import check_ranges, ranged
 
 _WORD = re.compile(r"\w+")

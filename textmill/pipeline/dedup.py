@@ -30,7 +30,9 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, file_fingerprint, iter_documents, write_json, write_table
+from textmill.io.files import file_fingerprint, write_json
+from textmill.pipeline.documents import iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, write_table
 from textmill.settings import SEED_MAX, check_ranges, ranged
 
 _WORD = re.compile(r"\w+")

@@ -13,14 +13,10 @@ never leaves something that looks finished. `ShardStage.finish` checks `kept + r
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import sys
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -29,6 +25,7 @@ import pyarrow.parquet as pq
 
 from textmill import __version__
 from textmill.errors import TextmillError
+from textmill.io.files import atomic_path, file_fingerprint, read_json_record, temporary_path, write_json
 
 URL_SCHEMA = pa.schema(
     [
@@ -83,61 +80,6 @@ def shard_name(text: str) -> str:
     return name
 
 
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
-    try:
-        yield tmp
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-_REPORTED_DAMAGE: set[str] = set()  # damaged files already reported by this process (say it once)
-
-
-def report_damage(path: Path, problem: str, consequence: str) -> None:
-    """One line on stderr about a damaged file textmill wrote, once per file and process."""
-    if str(path) not in _REPORTED_DAMAGE:
-        _REPORTED_DAMAGE.add(str(path))
-        print(f"textmill: {path} is damaged ({problem}); {consequence}", file=sys.stderr)
-
-
-def read_json_record(path: Path, consequence: str) -> dict | None:
-    """A JSON object textmill wrote (a manifest, a done file, a run record), or None when it is missing. A
-    damaged one (cut short by a full disk, edited by hand) is reported in one line ending in `consequence`
-    and read as missing: every such file is derived, so what wrote it can write it again."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except (UnicodeDecodeError, IsADirectoryError) as exc:
-        report_damage(path, type(exc).__name__, consequence)
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        value = None
-    if not isinstance(value, dict):
-        report_damage(path, "not a whole JSON object", consequence)
-        return None
-    return value
-
-
-def write_json(obj: dict, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
 def write_table(table: pa.Table, path: Path) -> None:
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", row_group_size=_WRITE_BATCH_ROWS)
@@ -152,7 +94,7 @@ class ShardWriter:
         self.schema = schema
         self.rows = 0
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = _tmp_name(path)
+        self._tmp = temporary_path(path)
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
         self._buffer: list[dict] = []
 
@@ -179,26 +121,6 @@ class ShardWriter:
         self._writer.close()  # closing twice is harmless
         if self._tmp.exists():
             self._tmp.unlink()
-
-
-_fingerprints: dict[tuple, dict] = {}
-
-
-def file_fingerprint(path: Path) -> dict:
-    """Path, size and sha256 of an input file (cached per path, size and mtime within a process)."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _fingerprints:
-        _fingerprints[key] = _sha256_file(path)
-    return _fingerprints[key]
-
-
-def _sha256_file(path: Path) -> dict:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def reason_key(reason: str) -> str:
@@ -347,79 +269,6 @@ def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = 
     except (pa.ArrowException, OSError) as exc:
         raise TextmillError(f"{shard} is damaged ({str(exc).splitlines()[0][:200]}); write it again by re-running "
                             "the stage that made it") from None
-
-
-def is_loose_json(path: Path) -> bool:
-    return path.suffix.lower() in (".jsonl", ".json")
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def has_lone_surrogate(value) -> bool:
-    """Whether a parsed JSON value holds a string with a lone surrogate (JSON's `"\\ud800"` escape parses to
-    one, though no UTF-8 text can hold it: Parquet, tokenizers and files reject it later)."""
-    if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
-    if isinstance(value, dict):
-        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_lone_surrogate(v) for v in value)
-    return False
-
-
-JSON_LINE_REASONS = {"undecodable": "not valid UTF-8", "invalid_json": "not valid JSON",
-                     "invalid_unicode": "a lone surrogate escape (\\ud800-\\udfff), which is not text"}
-
-
-def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
-    """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file, or
-    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON (`undecodable`,
-    `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`); JSON_LINE_REASONS says each."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                yield lineno, raw, None, "undecodable"
-                continue
-            except (json.JSONDecodeError, RecursionError):
-                yield lineno, raw, None, "invalid_json"
-                continue
-            if b"\\u" in raw and has_lone_surrogate(value):  # only an escape can make one
-                yield lineno, raw, None, "invalid_unicode"
-                continue
-            yield lineno, raw, value, None
-
-
-def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
-    """(document row, None) for each record of a shard, or (row, reason) for a bad one to reject.
-
-    Parquet shards hold DOC_SCHEMA rows. Loose JSON (.jsonl/.json, Megatron's format, one object a line
-    with at least "text") is read too; a line that is not valid UTF-8 JSON, or lacks a string "text",
-    becomes a reject that names its line, never a silent skip. Its id is the "id" field, else one
-    derived from "url", else "<file>:<line>"."""
-    if not is_loose_json(path):
-        for row in read_rows(path, kind="document"):
-            yield row, None
-        return
-    from textmill.pipeline.blacklist import url_id
-
-    blank = {name: None for name in DOC_SCHEMA.names}
-    for lineno, raw, obj, reason in iter_json_lines(path):
-        where = f"{path.name}:{lineno}"
-        if reason:
-            yield {**blank, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-            yield {**blank, "id": where}, "missing_text"
-            continue
-        url = obj.get("url") if isinstance(obj.get("url"), str) else None
-        doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
-        row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
-        yield row, None
 
 
 def summarize(manifests: list[dict]) -> dict:

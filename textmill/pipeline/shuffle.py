@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, iter_documents, reject_schema
+from textmill.pipeline.documents import iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, reject_schema
 
 _SCATTER_BATCH_ROWS = 64  # rows buffered per bucket: bounds memory with many buckets
 

@@ -1,1 +1,2 @@
-"""GPT-2 byte-level BPE and the Megatron-LM mmap indexed dataset (.bin/.idx)."""
+"""GPT-2 byte-level BPE (load, train, encode; `gpt2`, `train`) and the tokenize stage that writes Megatron
+token files (`preprocess`)."""

@@ -25,9 +25,9 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
+from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
-from textmill.tokenizers.indexed import IndexedDatasetWriter, optimal_dtype
+from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
 
 _BATCH_BYTES = 1 << 20  # text handed to a worker at once: large enough to amortise, small enough to stream
 _PARQUET_ROWS = 512

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import atomic_path
+from textmill.io.files import atomic_path
 from textmill.tokenizers.gpt2 import EOD_TOKEN, GPT2Tokenizer, bytes_to_unicode
 
 

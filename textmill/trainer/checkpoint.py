@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import atomic_path
+from textmill.io.files import atomic_path
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = Path("mp_rank_00") / "model_optim_rng.pt"

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import file_fingerprint, report_damage, write_json
-from textmill.tokenizers.blend import blending_indices, normalize, samples_per_dataset
-from textmill.tokenizers.indexed import IndexedDataset
+from textmill.io.files import file_fingerprint, report_damage, write_json
+from textmill.trainer.blend import blending_indices, normalize, samples_per_dataset
+from textmill.megatron.indexed import IndexedDataset
 
 SPLITS = ("train", "valid", "test")
 _SEPARATE_LAST_EPOCH = 0.80  # Megatron's hard-coded threshold

@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.tokenizers.blend import parse_data_path
+from textmill.trainer.blend import parse_data_path
 from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
 from textmill.trainer.config import check_args, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
@@ -450,7 +450,7 @@ def launch(args) -> str:
             skip = a == "--nproc-per-node"
             continue
         argv.append(a)
-    torchrun(n, ["-m", "textmill.trainer", *argv])
+    torchrun(n, ["-m", "textmill.cli", "train", *argv])
     return ""  # rank 0 has printed the summary
 
 

@@ -20,7 +20,8 @@ import luigi.scheduler
 import luigi.worker
 
 from textmill.errors import RunFailed, TextmillError, is_disk_error
-from textmill.pipeline.shards import atomic_path, manifest_path, read_json_record, write_json
+from textmill.io.files import atomic_path, read_json_record, write_json
+from textmill.pipeline.shards import manifest_path
 from textmill.workflows.tasks import EndToEnd, RunTask, run_config
 
 FAILURES = ".textmill/failures"

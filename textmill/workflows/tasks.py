@@ -26,7 +26,8 @@ import luigi
 
 from textmill.config import RunConfig, load_config
 from textmill.errors import RunFailed, TextmillError
-from textmill.pipeline.shards import file_fingerprint, manifest_path, read_json_record, write_json
+from textmill.io.files import file_fingerprint, read_json_record, write_json
+from textmill.pipeline.shards import manifest_path
 
 TASK_FILE = "task.json"
 KEYS: dict[tuple, str] = {}  # RunTask.key's memo
@@ -416,7 +417,7 @@ class MergeDataset(RunTask):
         return self.folder() / "corpus_text_document"
 
     def run(self):
-        from textmill.tokenizers.indexed import merge_datasets
+        from textmill.megatron.indexed import merge_datasets
 
         started = time.perf_counter()
         merged = merge_datasets([t.dataset() for t in self.requires()], self.dataset())
@@ -521,7 +522,7 @@ class EvaluateLambada(RunTask):
         return TrainGPT(self.config)
 
     def run(self):
-        from textmill.trainer.lambada import evaluate_lambada
+        from textmill.evaluate.lambada import evaluate_lambada
 
         results = []
         for i, path in enumerate(self.cfg.evaluate.lambada):
@@ -543,7 +544,7 @@ class ExportHF(RunTask):
         return self.folder() / "hf"
 
     def run(self):
-        from textmill.trainer.hf import export_hf
+        from textmill.interop.hf import export_hf
 
         self.finish(**export_hf(TrainGPT(self.config).checkpoints(), self.hf_folder()))
 

@@ -19,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from textmill import synthweb
+from textmill.demo import synthweb
 from textmill.errors import TextmillError
 
 
@@ -141,7 +141,7 @@ def serve_web(web, port: int):
 
 def sample(checkpoints: Path, prompt: str) -> str:
     from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
-    from textmill.trainer.generate import SamplingParams, TokenText, generate
+    from textmill.inference.generate import SamplingParams, TokenText, generate
 
     model, ckpt = load_model(checkpoints)
     tokenizer = checkpoint_tokenizer(checkpoints, ckpt.meta)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch comes with generation, imported where a request or the model needs it
-    from textmill.trainer.generate import Generation, SamplingParams
+    from textmill.inference.generate import Generation, SamplingParams
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
@@ -146,7 +146,7 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
         raise BadRequest("stop_token must be an integer")
     if not is_number(data.get("length_penalty", 1.0)):
         raise BadRequest("length_penalty must be a float")
-    from textmill.trainer.generate import SamplingParams
+    from textmill.inference.generate import SamplingParams
 
     params = SamplingParams(
         tokens_to_generate=n, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -204,7 +204,7 @@ def parse_completion_request(data, limits: Limits) -> tuple[list[str], bool, boo
     echo = check_bool(data, "echo")
     if n == 0 and not echo:
         raise BadRequest("max_tokens=0 needs echo=true")
-    from textmill.trainer.generate import SamplingParams
+    from textmill.inference.generate import SamplingParams
 
     params = SamplingParams(
         tokens_to_generate=n, temperature=temperature or 1.0, top_k=1 if temperature == 0 else top_k,
@@ -223,7 +223,7 @@ class TextGenerator:
         self.tokenizer = checkpoint_tokenizer(Path(load), ckpt.meta, vocab_file, merge_file)
         import torch
 
-        from textmill.trainer.generate import TokenText
+        from textmill.inference.generate import TokenText
 
         self.text = TokenText(self.tokenizer)
         self.dtype = torch.bfloat16 if bf16 else None
@@ -250,7 +250,7 @@ class TextGenerator:
         return ids
 
     def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        from textmill.trainer.generate import generate
+        from textmill.inference.generate import generate
 
         return generate(self.model, self.text, prompts, params, self.tokenizer.eod, self.dtype)
 

@@ -34,7 +34,7 @@ class Cloze:
 
 def read_clozes(path: Path, tokenizer, strict: bool) -> list[Cloze]:
     """One cloze per line of a LAMBADA JSON-lines file ({"text": ...}); any other line is an error."""
-    from textmill.pipeline.shards import JSON_LINE_REASONS, iter_json_lines
+    from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
 
     clozes = []
     try:
@@ -115,7 +115,7 @@ def evaluate_lambada(load: Path, valid_data: Path, strict: bool = False, vocab_f
                      progress: bool = False) -> dict:
     """Score the newest checkpoint under `load` on a LAMBADA file and write the result as JSON
     (default `<load>/lambada[-strict].json`)."""
-    from textmill.pipeline.shards import file_fingerprint, write_json
+    from textmill.io.files import file_fingerprint, write_json
     from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 
     model, ckpt = load_model(load, device)

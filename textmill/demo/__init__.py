@@ -1,0 +1,2 @@
+"""`textmill demo` (`run`): the whole chain on a generated web, and that web itself (`synthweb`), which the
+tests serve too."""

@@ -1,0 +1,136 @@
+"""Files every room writes and reads back: written under a temporary name and renamed into place when
+whole (`atomic_path`, `write_json`), read back with damage reported in one line (`read_json_record`),
+fingerprinted (`file_fingerprint`), and JSON lines read with every bad line named (`iter_json_lines`).
+Imports nothing of textmill but its error type."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def temporary_path(path: Path) -> Path:
+    """A name beside `path` for writing it, unique to this process (a hidden file, so never read as a shard)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+_REPORTED_DAMAGE: set[str] = set()  # damaged files already reported by this process (say it once)
+
+
+def report_damage(path: Path, problem: str, consequence: str) -> None:
+    """One line on stderr about a damaged file textmill wrote, once per file and process."""
+    if str(path) not in _REPORTED_DAMAGE:
+        _REPORTED_DAMAGE.add(str(path))
+        print(f"textmill: {path} is damaged ({problem}); {consequence}", file=sys.stderr)
+
+
+def read_json_record(path: Path, consequence: str) -> dict | None:
+    """A JSON object textmill wrote (a manifest, a done file, a run record), or None when it is missing. A
+    damaged one (cut short by a full disk, edited by hand) is reported in one line ending in `consequence`
+    and read as missing: every such file is derived, so what wrote it can write it again."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, IsADirectoryError) as exc:
+        report_damage(path, type(exc).__name__, consequence)
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        report_damage(path, "not a whole JSON object", consequence)
+        return None
+    return value
+
+
+def write_json(obj: dict, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+_fingerprints: dict[tuple, dict] = {}
+
+
+def file_fingerprint(path: Path) -> dict:
+    """Path, size and sha256 of an input file (cached per path, size and mtime within a process)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _fingerprints:
+        _fingerprints[key] = _sha256_file(path)
+    return _fingerprints[key]
+
+
+def _sha256_file(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def is_loose_json(path: Path) -> bool:
+    return path.suffix.lower() in (".jsonl", ".json")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(value) -> bool:
+    """Whether a parsed JSON value holds a string with a lone surrogate (JSON's `"\\ud800"` escape parses to
+    one, though no UTF-8 text can hold it: Parquet, tokenizers and files reject it later)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_lone_surrogate(v) for v in value)
+    return False
+
+
+JSON_LINE_REASONS = {"undecodable": "not valid UTF-8", "invalid_json": "not valid JSON",
+                     "invalid_unicode": "a lone surrogate escape (\\ud800-\\udfff), which is not text"}
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
+    """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file, or
+    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON (`undecodable`,
+    `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`); JSON_LINE_REASONS says each."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield lineno, raw, None, "undecodable"
+                continue
+            except (json.JSONDecodeError, RecursionError):
+                yield lineno, raw, None, "invalid_json"
+                continue
+            if b"\\u" in raw and has_lone_surrogate(value):  # only an escape can make one
+                yield lineno, raw, None, "invalid_unicode"
+                continue
+            yield lineno, raw, value, None
