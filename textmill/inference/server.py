@@ -458,3 +458,19 @@ def make_server(generator: TextGenerator, host: str = "127.0.0.1", port: int = 5
     server.stats_lock = threading.Lock()
     return server
 
+
+
+def serve_until_stopped(server: Server) -> float:
+    """Serve on a background thread until SIGINT or SIGTERM, then stop taking connections and close; the
+    seconds served."""
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    started = time.perf_counter()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    return time.perf_counter() - started

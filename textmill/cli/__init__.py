@@ -1,0 +1,73 @@
+"""The `textmill` command. Each corpus stage runs on its own:
+
+    textmill blacklist URL_LISTS... --output DIR
+    textmill scrape URL_SHARDS... --output DIR
+    textmill dedup | clean | decontaminate DOC_SHARDS... --output DIR
+    textmill shuffle DOC_SHARDS... --output DIR --num-shards N
+    textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
+    textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N
+    textmill merge-datasets --input DIR --output-prefix PREFIX
+    textmill train --data-path PREFIX --vocab-file F --merge-file F --train-iters N --save DIR
+    textmill evaluate lambada --load DIR --valid-data lambada_test.jsonl [--strict-lambada]
+    textmill export hf --load DIR --output HF_DIR;  textmill import hf HF_DIR --save DIR
+    textmill serve --load DIR [--port 5000];  textmill generate --url http://127.0.0.1:5000 | --load DIR
+    textmill run CONFIG.toml [--workers N];  textmill status CONFIG.toml;  textmill schedule CONFIG.toml [--install]
+    textmill demo
+
+Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
+Bad input ends with one `textmill: error: ...` line and exit status 2.
+
+One module per command group, each with `add_parsers(subparsers)` and its commands: corpus (the stages),
+tokens (token files), models (train, evaluate, export, import, checkpoint), runs (run, status), serving
+(serve, generate); options holds what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from textmill.errors import RunFailed, TextmillError, is_disk_error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser; building them imports no heavy library (each command imports what it runs)."""
+    from textmill.cli import corpus, models, runs, serving, tokens
+    from textmill.demo.run import add_demo_parser
+    from textmill.schedule import add_schedule_parser
+
+    parser = argparse.ArgumentParser(
+        prog="textmill",
+        description="Build an OpenWebText-style corpus from URL lists and train a GPT on it.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (corpus, tokens, models, runs, serving):
+        group.add_parsers(sub)
+    add_schedule_parser(sub)
+    add_demo_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # the command's own arguments, for commands that relaunch themselves (train)
+    try:
+        summary = args.func(args)
+        if summary:
+            print(summary)
+    except TextmillError as exc:
+        print(f"textmill: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, RunFailed) else 2
+    except OSError as exc:
+        if not is_disk_error(exc):
+            raise
+        print(f"textmill: error: {exc.filename or 'a file'}: {exc.strerror}; free space or fix the permissions, then "
+              "run again (finished work is kept)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("textmill: interrupted; finished shards are kept, unfinished ones will be redone", file=sys.stderr)
+        return 130
+    return 0
+

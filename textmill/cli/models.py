@@ -1,0 +1,123 @@
+"""`textmill train | evaluate | export | import | checkpoint`: training a model and moving it between
+formats and layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
+
+
+def cmd_train(args) -> str:
+    from textmill.trainer.train import run
+
+    return run(args)
+
+
+def cmd_evaluate_lambada(args) -> str:
+    from textmill.evaluate.lambada import evaluate_lambada
+    from textmill.report import lambada_lines
+    from textmill.trainer.train import pick_device
+
+    timer = Timer()
+    r = evaluate_lambada(args.load, args.valid_data, args.strict_lambada, args.vocab_file, args.merge_file,
+                         args.micro_batch_size, pick_device(args.device), args.bf16, args.output, progress=True)
+    return "\n".join(lambada_lines(r, timer.seconds))
+
+
+def cmd_export_hf(args) -> str:
+    from textmill.interop.hf import export_hf
+    from textmill.report import export_line
+
+    timer = Timer()
+    return export_line(export_hf(args.load, args.output, args.vocab_file, args.merge_file), timer.seconds)
+
+
+def cmd_import_hf(args) -> str:
+    from textmill.interop.hf import import_hf
+    from textmill.report import import_line
+
+    timer = Timer()
+    r = import_hf(args.folder, args.save, args.make_vocab_size_divisible_by, args.vocab_file, args.merge_file)
+    return import_line(r, timer.seconds)
+
+
+def cmd_checkpoint_convert(args) -> str:
+    from textmill.interop.convert import convert_checkpoint
+    from textmill.report import convert_line
+
+    r = convert_checkpoint(args.load, args.save, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
+                           args.ckpt_format, args.argv[1:])
+    return "" if r is None else convert_line(r)
+
+
+def add_parsers(sub) -> None:
+    from textmill.trainer.config import add_train_arguments
+
+    fmt = ArgumentDefaults
+    p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
+                       description="Train a GPT (GPT-2, or LLaMA-style blocks) on Megatron .bin/.idx datasets, with "
+                       "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    saved_tokenizer = "the tokenizer to use (default: the copies the trainer keeps in LOAD/tokenizer/)"
+    p = sub.add_parser("evaluate", help="Evaluate a checkpoint (LAMBADA, as Megatron's tasks/zeroshot_gpt).",
+                       description="Evaluate a checkpoint.", formatter_class=fmt)
+    tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+    p = tasks.add_parser("lambada", help="LAMBADA last-word accuracy and perplexity.", formatter_class=fmt,
+                         description="LAMBADA last-word prediction as Megatron-LM's tasks/zeroshot_gpt scores it: greedy, "
+                         "teacher-forced exact match of the target tokens; also the last word's perplexity. Prints "
+                         "Megatron's result line and writes a JSON result.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is used)")
+    p.add_argument("--valid-data", type=Path, required=True, help='LAMBADA JSON lines, one {"text": ...} per passage')
+    p.add_argument("--strict-lambada", action="store_true",
+                   help="target = the whole last word (default: the last BPE token, as Megatron's default)")
+    add_tokenizer_files(p, saved_tokenizer)
+    p.add_argument("--micro-batch-size", type=int, default=8, help="passages per forward pass")
+    p.add_argument("--device", default="auto", help="cuda, cpu, or auto")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--output", type=Path, help="result JSON (default: LOAD/lambada.json or LOAD/lambada-strict.json)")
+    p.set_defaults(func=cmd_evaluate_lambada)
+
+    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face).",
+                       description="Export a checkpoint to another format.", formatter_class=fmt)
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel or LlamaForCausalLM).",
+                           formatter_class=fmt,
+                           description="Write the newest checkpoint as a Hugging Face folder: config.json, "
+                           "model.safetensors (fp32), vocab.json, merges.txt and tokenizer config, which "
+                           "AutoModelForCausalLM / AutoTokenizer / pipeline('text-generation') load as they are.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
+    p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
+    add_tokenizer_files(p, saved_tokenizer)
+    p.set_defaults(func=cmd_export_hf)
+
+    p = sub.add_parser("import", help="Import a model from another format (Hugging Face).",
+                       description="Import a model from another format.", formatter_class=fmt)
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    p = formats.add_parser("hf", help="A Hugging Face GPT-2 or LLaMA folder into a textmill checkpoint.", formatter_class=fmt,
+                           description="Turn a Hugging Face GPT-2 (or LLaMA-architecture) folder into a textmill "
+                           "'release' checkpoint that evaluate, export and train --load (with --finetune) accept.")
+    p.add_argument("folder", type=Path, help="folder with config.json and model.safetensors (or pytorch_model.bin)")
+    p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
+    add_tokenizer_files(p, "the tokenizer to keep with the model (default: FOLDER/vocab.json and FOLDER/merges.txt)")
+    p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
+    p.set_defaults(func=cmd_import_hf)
+
+    p = sub.add_parser("checkpoint", help="Rewrite checkpoints (Megatron's tools/checkpoint_util.py).",
+                       description="Work on checkpoints.", formatter_class=fmt)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("convert", formatter_class=fmt,
+                           help="Rewrite a checkpoint's weights sharded for a tensor/pipeline-parallel layout.",
+                           description="Rewrite the newest checkpoint of --load into --save, sharded for the target "
+                           "layout (TP x PP processes are started, each writes its part), or as one file. Training "
+                           "reads any checkpoint into any layout anyway; this is for files in a given layout. Weights "
+                           "only, as checkpoint_util: a run resumed from the result starts a fresh optimizer.")
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory to read (its newest checkpoint)")
+    p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
+    p.add_argument("--target-tensor-parallel-size", type=int, default=1, help="tensor-parallel size of the files written")
+    p.add_argument("--target-pipeline-parallel-size", type=int, default=1, help="pipeline-parallel size of the files written")
+    p.add_argument("--ckpt-format", choices=["torch", "torch_dist"], default="torch_dist",
+                   help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
+    p.set_defaults(func=cmd_checkpoint_convert)

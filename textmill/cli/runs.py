@@ -1,0 +1,81 @@
+"""`textmill run | status`: the whole chain as one Luigi graph, and where it stands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from textmill.cli.options import ArgumentDefaults, DocstringHelpFormatter
+from textmill.errors import TextmillError
+
+
+def cmd_run(args) -> str:
+    from textmill.config import EXAMPLE, load_config
+    from textmill.report import failed_run_lines, run_lines
+    from textmill.workflows.runner import run_workflow
+
+    if args.example_config:
+        return EXAMPLE.rstrip()
+    if args.config is None:
+        raise TextmillError("give the run's TOML file (textmill run --example-config prints a documented one)")
+    load_config(args.config)  # a bad config is one error line before Luigi starts
+    ok, summary, record, folder = run_workflow(args.config, args.workers, args.scheduler_url)
+    if not ok:
+        print("\n".join([summary, *failed_run_lines(record, folder)]), file=sys.stderr)
+        raise SystemExit(1)
+    return "\n".join(run_lines(record, folder))
+
+
+RUN_HELP = """\
+Run the whole chain a TOML file describes as one Luigi graph: blacklist, scrape, dedup, clean, shuffle,
+decontaminate, tokenize, then (with [train] enabled) train, evaluate and export. Only what is not
+finished runs; `textmill run --example-config` prints a TOML file documenting every field.
+
+What it writes, under [run] work_dir (WORK):
+  WORK/<stage>/<key>/        each stage's output, in a folder named by the settings that made it
+  WORK/runs/<date_time>/     this run's record (run.json) and report.html
+  WORK/report.html           the newest run's report: funnel, histograms, loss curves, evaluation, timings
+  WORK/results.md            the last runs side by side, with REGRESSION notes (WORK/results.tsv: all runs)
+
+When it fails it exits with status 1, Luigi's summary, and a last line naming the failed task and its
+cause; `textmill status CONFIG` lists each failed task with its error. Fix the cause and run again:
+finished tasks are kept, only the rest runs. Without --scheduler-url one run works in WORK at a time: a
+second one refuses at once.
+"""
+
+
+def cmd_status(args) -> str:
+    from collections import Counter
+
+    from textmill.config import load_config
+    from textmill.workflows.runner import task_states
+
+    load_config(args.config)
+    states = task_states(args.config)
+    for s in states:
+        if args.all or s["state"] != "done":
+            print(f"{s['state']:<8} {s['task']}" + (f"  {s['reason']}" if s["reason"] else ""))
+    counts = Counter(s["state"] for s in states)
+    return (f"status: {len(states)} task(s): {counts['done']} done, {counts['pending']} pending, {counts['failed']} failed"
+            + ("" if args.all else " (--all lists the done ones too)"))
+
+
+def add_parsers(sub) -> None:
+    fmt = ArgumentDefaults
+
+    p = sub.add_parser("run", help="Run the whole graph a TOML file describes, redoing only what is not finished.",
+                       description=RUN_HELP, formatter_class=DocstringHelpFormatter)
+    p.add_argument("config", type=Path, nargs="?", help="the run's TOML file")
+    p.add_argument("--workers", type=int, default=1, help="tasks run at once by this process (Luigi workers)")
+    p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
+                   "(default: a local scheduler in this process)")
+    p.add_argument("--example-config", action="store_true", help="print a TOML file documenting every field, and exit")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="List the tasks of a run: done, pending, or failed with the last failure's reason.",
+                       description="List every task of the run a TOML file describes that is not done (all of them "
+                       "with --all), and for a failed one the error of its last failure. Reads the work folder only.",
+                       formatter_class=fmt)
+    p.add_argument("config", type=Path, help="the run's TOML file")
+    p.add_argument("--all", action="store_true", help="list the done tasks too")
+    p.set_defaults(func=cmd_status)
