@@ -45,19 +45,23 @@ def current_rss_bytes() -> int:
 
 def worker(out: Path, argv: list[str], steps: int) -> None:
     """One rank: build the trainer, train `steps` iterations, report memory and time."""
-    import torch
-    from torch.distributed.tensor import DTensor
-
     from textmill.trainer.config import add_train_arguments
-    from textmill.trainer.train import Trainer
-    from textmill.trainer.parallel.dims import shutdown
+    from textmill.trainer.train import training_session
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     args = parser.parse_args(argv + ["--train-iters", str(steps), "--eval-iters", "0", "--eval-interval", str(10**9),
                                      "--log-interval", str(10**9), "--hidden-dropout", "0", "--attention-dropout", "0"])
     before = current_rss_bytes()
-    trainer = Trainer(args)
+    with training_session(args) as trainer:
+        record = measure_steps(trainer, args, steps, before)
+    (out / f"rank{record['rank']}.json").write_text(json.dumps(record))
+
+
+def measure_steps(trainer, args, steps: int, before: int) -> dict:
+    import torch
+    from torch.distributed.tensor import DTensor
+
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -73,13 +77,9 @@ def worker(out: Path, argv: list[str], steps: int) -> None:
     state += sum(local_bytes(p) for p in params)  # gradients: the same shapes (freed by zero_grad after a step)
     state += sum(local_bytes(v) for opt in trainer.optimizers for s in opt.state.values() for v in s.values()
                  if isinstance(v, torch.Tensor) and v.ndim > 0)
-    rank = int(os.environ.get("RANK", 0))
     tokens = args.global_batch_size * trainer.seq_len
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "rank": rank, "state_bytes": state, "peak_growth": peak_rss_bytes() - before,
-        "tokens_per_s": tokens / float(np.median(times[1:])),
-    }))
-    shutdown()
+    return {"rank": int(os.environ.get("RANK", 0)), "state_bytes": state, "peak_growth": peak_rss_bytes() - before,
+            "tokens_per_s": tokens / float(np.median(times[1:]))}
 
 
 def measure(data: dict, nproc: int, flags: list[str], model: list[str], steps: int, threads: int = 1) -> list[dict]:

@@ -19,7 +19,7 @@ import torch
 from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
 from textmill.trainer.model import GPT
-from textmill.trainer.parallel.dims import ParallelDims, build_mesh, init_distributed, shutdown, torchrun, world_from_env
+from textmill.trainer.parallel.dims import ParallelDims, distributed_session, torchrun, world_from_env
 from textmill.trainer.parallel.pipeline_parallel import split_stages
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -47,11 +47,7 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
     if world != dims.world:
         raise TextmillError(f"started as {world} processes, but the target layout has {dims.world} ranks")
 
-    try:
-        mesh = None
-        if dims.distributed:
-            init_distributed(torch.device("cpu"), 10.0)
-            mesh = build_mesh(dims, torch.device("cpu"))
+    with distributed_session(dims, torch.device("cpu"), 10.0) as mesh:
         model = GPT(cfg)
         parameters = model.num_parameters()
         chunks = split_stages(model, mesh["pp"].get_local_rank(), pp, 1) if pp > 1 else [(0, model)]
@@ -71,10 +67,6 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         if is_writer() and (load / "tokenizer").is_dir():
             shutil.copytree(load / "tokenizer", save / "tokenizer", dirs_exist_ok=True)
         writer = is_writer()
-    except BaseException:
-        shutdown(clean=False)
-        raise
-    shutdown()
     if not writer:
         return None
     return {"from": str(ckpt.path), "to": str(path), "tp": tp, "pp": pp, "format": fmt, "parameters": parameters,

@@ -15,6 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
-from textmill.trainer.parallel.dims import build_mesh, init_distributed, shutdown, torchrun, world_from_env
+from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
 from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -72,16 +73,16 @@ class TrainState:
 
 
 class Trainer:
-    def __init__(self, args):
+    def __init__(self, args, mesh=None):
+        """`mesh`: the ("pp", "dp", "tp") mesh of the distributed session (`run` makes it); None for one process."""
         self.args = args
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(args.device, local_rank)
         self.vocab_size = unpadded_vocab_size(args)
         self.cfg, self.dims, self.seq_len = check_args(args, world, self.vocab_size)
-        self.mesh = None
-        if self.dims.distributed:
-            init_distributed(self.device, args.distributed_timeout_minutes)
-            self.mesh = build_mesh(self.dims, self.device)
+        if self.dims.distributed and mesh is None:
+            raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
+        self.mesh = mesh
         self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
         self.pp_rank = self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
         self.ckpt_format = args.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
@@ -440,6 +441,15 @@ class Trainer:
         bar.write(" | ".join(parts))
 
 
+@contextlib.contextmanager
+def training_session(args) -> Iterator[Trainer]:
+    """A Trainer inside the distributed session its layout needs (one process: none)."""
+    world, _, local_rank = world_from_env()
+    dims = check_args(args, world, unpadded_vocab_size(args))[1]
+    with distributed_session(dims, pick_device(args.device, local_rank), args.distributed_timeout_minutes) as mesh:
+        yield Trainer(args, mesh)
+
+
 def launch(args) -> str:
     """`textmill train --nproc-per-node N ...`: the same command under torchrun on this machine."""
     n = args.nproc_per_node
@@ -458,13 +468,9 @@ def run(args) -> str:
     if args.nproc_per_node and args.nproc_per_node > 1 and world_from_env()[0] == 1:
         return launch(args)  # one process needs no torchrun: it runs here
     started = time.perf_counter()
-    try:
-        result = Trainer(args).train()
+    with training_session(args) as trainer:
+        result = trainer.train()
         main = is_writer()
-    except BaseException:
-        shutdown(clean=False)
-        raise
-    shutdown()
     if not main:
         return ""
     where = f"; checkpoint {args.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""

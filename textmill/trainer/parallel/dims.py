@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from textmill.errors import RunFailed, TextmillError
 
@@ -90,6 +91,22 @@ def build_mesh(dims: ParallelDims, device: torch.device):
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device.type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
+
+
+@contextmanager
+def distributed_session(dims: ParallelDims, device: torch.device, timeout_minutes: float) -> Iterator:
+    """The process group and mesh of `dims` for the block (None for one process). Leaving, a clean exit
+    after success and an immediate one after a failure (`shutdown`)."""
+    try:
+        mesh = None
+        if dims.distributed:
+            init_distributed(device, timeout_minutes)
+            mesh = build_mesh(dims, device)
+        yield mesh
+    except BaseException:
+        shutdown(clean=False)
+        raise
+    shutdown()
 
 
 def shutdown(clean: bool = True) -> None:
