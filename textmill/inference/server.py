@@ -58,7 +58,7 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_small(value, name: str, high: float, zero_ok: bool, message: str, smallest: float) -> float:
+def check_sampling_value(value, name: str, high: float, zero_ok: bool, message: str, smallest: float) -> float:
     """A temperature or top_p: a number in [0, high] (0 only where it means something), and 0 or at least
     `smallest`."""
     if not is_number(value) or not 0.0 <= value <= high or (value == 0.0 and not zero_ok):
@@ -119,12 +119,12 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
     logprobs = check_bool(data, "logprobs")
     if n == 0 and not logprobs:
         raise BadRequest("tokens_to_generate=0 implies logprobs should be True")
-    temperature = check_small(data.get("temperature", 1.0), "temperature", 100.0, False,
+    temperature = check_sampling_value(data.get("temperature", 1.0), "temperature", 100.0, False,
                               "temperature must be a positive number less than or equal to 100.0", MIN_TEMPERATURE)
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
         raise BadRequest("top_k must be equal to or greater than 0 and less than or equal to 1000")
-    top_p = check_small(data.get("top_p", 0.0), "top_p", 1.0, True, "top_p must be a positive float less than or equal to 1.0",
+    top_p = check_sampling_value(data.get("top_p", 0.0), "top_p", 1.0, True, "top_p must be a positive float less than or equal to 1.0",
                         MIN_TOP_P)
     if top_k > 0 and top_p > 0.0:
         raise BadRequest("cannot set both top-k and top-p samplings.")
@@ -178,9 +178,9 @@ def parse_completion_request(data, limits: Limits) -> tuple[list[str], bool, boo
     n = data.get("max_tokens", 16)
     if not is_int(n) or n < 0:
         raise BadRequest("max_tokens must be an integer greater than or equal to 0")
-    temperature = check_small(data.get("temperature", 1.0), "temperature", 2.0, True,
+    temperature = check_sampling_value(data.get("temperature", 1.0), "temperature", 2.0, True,
                               "temperature must be a number between 0 and 2", MIN_TEMPERATURE)
-    top_p = check_small(data.get("top_p", 1.0), "top_p", 1.0, False, "top_p must be a number greater than 0 and at most 1",
+    top_p = check_sampling_value(data.get("top_p", 1.0), "top_p", 1.0, False, "top_p must be a number greater than 0 and at most 1",
                         MIN_TOP_P)
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
