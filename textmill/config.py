@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 from textmill.errors import TextmillError
 from textmill.pipeline.clean import CleanConfig
@@ -176,7 +177,7 @@ class TokenizeSection(Section):
 class TrainSection(Section):
     enabled: bool = True
     nproc_per_node: int = ranged(1, least=1)
-    resume: str = "fresh"
+    resume: Literal["fresh", "latest"] = "fresh"
     options: tuple[str, ...] = ()  # command-line options of `textmill train`, checked when the config is read
 
 

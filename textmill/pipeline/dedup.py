@@ -23,6 +23,7 @@ import re
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +43,7 @@ _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num
 @dataclass(frozen=True)
 class DedupConfig:
     shingle_size: int = ranged(5, least=1)
-    unit: str = "word"  # "word" or "char"
+    unit: Literal["word", "char"] = "word"
     num_perm: int = ranged(128, least=1)
     bands: int = ranged(16, least=1)
     threshold: float = ranged(0.7, above=0, most=1)  # estimated Jaccard at or above which two documents are duplicates

@@ -35,6 +35,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -127,7 +128,8 @@ def barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(root: Path, iteration: int | str, meta: dict, tensors: dict, fmt: str = "torch") -> Path:
+def save_checkpoint(root: Path, iteration: int | Literal["release"], meta: dict, tensors: dict,
+                    fmt: Literal["torch", "torch_dist"] = "torch") -> Path:
     """Write `tensors` (nested dicts of tensors) and `meta` (JSON values) as the checkpoint of `iteration`
     (an int, or "release") and point the tracker at it. With fmt "torch_dist" every rank must call this."""
     final = checkpoint_dir(root, iteration)

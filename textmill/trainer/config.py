@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import padded_vocab_size
@@ -130,9 +131,9 @@ class GPTConfig:
     num_attention_heads: int = 12
     max_position_embeddings: int = 1024
     ffn_hidden_size: int | None = None  # 4h for GELU; SwiGLU defaults to Megatron-LLaMA's 2/3 of 4h, rounded
-    position_embedding: str = "learned"  # or "rope"
-    normalization: str = "layernorm"  # or "rmsnorm"
-    activation: str = "gelu"  # "gelu" (exact, Megatron's default), "gelu_tanh" (OpenAI GPT-2), "swiglu"
+    position_embedding: Literal["learned", "rope"] = "learned"
+    normalization: Literal["layernorm", "rmsnorm"] = "layernorm"
+    activation: Literal["gelu", "gelu_tanh", "swiglu"] = "gelu"  # exact GELU (Megatron's default), tanh (OpenAI GPT-2), SwiGLU
     tie_embeddings: bool = True
     bias: bool = True
     norm_epsilon: float = 1e-5

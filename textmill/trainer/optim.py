@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -50,7 +51,7 @@ class LRSchedule:
     min_lr: float
     warmup_iters: int
     decay_iters: int
-    style: str = "cosine"
+    style: Literal["cosine", "linear", "constant"] = "cosine"
 
     def lr(self, n: int) -> float:
         if self.warmup_iters > 0 and n <= self.warmup_iters:
