@@ -3,7 +3,7 @@ import pytest
 
 from textmill.errors import TextmillError
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, list_shards, manifest_path, rejects_path
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, list_shards, manifest_path, rejects_path
 
 from conftest import write_jsonl
 
@@ -14,7 +14,7 @@ def doc(i):
 
 def test_stage_writes_kept_rejects_and_manifest_last(tmp_path):
     out = tmp_path / "part-00000.parquet"
-    with ShardStage("t", out, DOC_SCHEMA, [], {"p": 1}) as stage:
+    with ShardOutput("t", out, DOC_SCHEMA, [], {"p": 1}) as stage:
         stage.keep(doc(0))
         stage.reject(doc(1), "status=404")
         stage.reject(doc(2), "near_duplicate_of=d0")
@@ -29,7 +29,7 @@ def test_stage_writes_kept_rejects_and_manifest_last(tmp_path):
 def test_accounting_mismatch_fails_and_leaves_nothing(tmp_path):
     out = tmp_path / "part-00000.parquet"
     with pytest.raises(AssertionError, match="kept 1 \\+ rejected 0 != input 2"):
-        with ShardStage("t", out, DOC_SCHEMA, [], {}) as stage:
+        with ShardOutput("t", out, DOC_SCHEMA, [], {}) as stage:
             stage.keep(doc(0))
             stage.finish(2)
     assert list(tmp_path.iterdir()) == []
@@ -38,14 +38,14 @@ def test_accounting_mismatch_fails_and_leaves_nothing(tmp_path):
 def test_exception_inside_stage_leaves_no_files(tmp_path):
     out = tmp_path / "a.parquet"
     with pytest.raises(RuntimeError):
-        with ShardStage("t", out, DOC_SCHEMA, [], {}) as stage:
+        with ShardOutput("t", out, DOC_SCHEMA, [], {}) as stage:
             stage.keep(doc(0))
             raise RuntimeError("killed")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_split_pieces_count_once(tmp_path):
-    with ShardStage("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
+    with ShardOutput("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
         stage.keep_pieces([doc(0), doc(1), doc(2)])
         stage.keep(doc(3))
         m = stage.finish(2)
@@ -53,7 +53,7 @@ def test_split_pieces_count_once(tmp_path):
 
 
 def test_list_shards_refuses_unfinished_shard(tmp_path):
-    with ShardStage("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
+    with ShardOutput("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
         stage.finish(0)
     (tmp_path / "b.parquet").write_bytes((tmp_path / "a.parquet").read_bytes())  # kept file, no manifest
     with pytest.raises(TextmillError, match="b.parquet have no whole manifest"):

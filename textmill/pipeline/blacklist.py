@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import tldextract
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shards import URL_SCHEMA, ShardStage, shard_name
+from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, shard_name
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
 _TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -157,7 +157,7 @@ def blacklist_file(path: Path, output: Path, rules: UrlRules, seen: set[str]) ->
     """Filter one URL list into `output` (Parquet of id, url, source). `seen` holds the ids of URLs kept
     from earlier files and is updated, so duplicates across files are rejected too. Returns the manifest."""
     n_input = blank = 0
-    with ShardStage("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
+    with ShardOutput("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
         for lineno, raw in read_url_lines(path):
             source = f"{path.name}:{lineno}"
             if not raw.strip():

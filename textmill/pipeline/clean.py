@@ -25,7 +25,7 @@ from textmill.io.files import file_fingerprint
 
 from textmill.pipeline.documents import iter_documents
 
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.settings import check_ranges, ranged
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
@@ -95,7 +95,7 @@ def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Toke
     """Clean one document shard into `output`; returns its manifest."""
     count, counted_by = token_counter(tokenizer)
     n = changed = 0
-    with ShardStage("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": counted_by}) as stage:
+    with ShardOutput("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": counted_by}) as stage:
         for row, bad in iter_documents(shard):
             n += 1
             if bad:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from textmill.errors import TextmillError
 from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.settings import check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
@@ -137,7 +137,7 @@ def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfi
 def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig, eval_files: list[Path]) -> dict:
     """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
     n = touched = chars_removed = 0
-    with ShardStage("decontaminate", output, DOC_SCHEMA, [shard, *eval_files], cfg.params()) as stage:
+    with ShardOutput("decontaminate", output, DOC_SCHEMA, [shard, *eval_files], cfg.params()) as stage:
         for row, bad in iter_documents(shard):
             n += 1
             if bad:

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint, write_json
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, write_table
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, write_table
 from textmill.settings import SEED_MAX, check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
@@ -231,7 +231,7 @@ def dedup_shards(shards: list[Path], output_dir: Path, cfg: DedupConfig) -> tupl
 def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], cfg: DedupConfig, inputs: list[Path]) -> dict:
     """Keep the documents of `shard` that are not near-duplicates of an earlier one."""
     n = 0
-    with ShardStage("dedup", output, DOC_SCHEMA, inputs, cfg.params()) as stage:
+    with ShardOutput("dedup", output, DOC_SCHEMA, inputs, cfg.params()) as stage:
         for row, bad in iter_documents(shard):
             n += 1
             keeper = duplicates.get(row["id"])

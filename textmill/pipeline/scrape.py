@@ -38,7 +38,7 @@ from yarl import URL
 
 from textmill.errors import TextmillError
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, read_rows, sidecar_path
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, sidecar_path
 from textmill.settings import check_ranges, ranged
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -287,7 +287,7 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
     try:
-        with ShardStage("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
+        with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
             for url_row in urls:
                 entry = done[url_row["id"]]
                 if entry["reason"]:

@@ -8,7 +8,7 @@ A stage turns input shards into one output shard per input (or per bucket). Each
 
 Every file is written under a temporary name in the same directory and renamed into place when complete,
 and the manifest is renamed last: a shard is finished exactly when its manifest exists, so a killed run
-never leaves something that looks finished. `ShardStage.finish` checks `kept + rejected == input`.
+never leaves something that looks finished. `ShardOutput.finish` checks `kept + rejected == input`.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def reason_key(reason: str) -> str:
     return reason if key in ("status", "language") else key
 
 
-class ShardStage:
+class ShardOutput:
     """Accounting and atomic output for one output shard of a stage.
 
     Use as a context manager: `keep()` and `reject()` each record, then `finish(n_input)`. Leaving the
@@ -151,7 +151,7 @@ class ShardStage:
         self._started = time.perf_counter()
         self._finished = False
 
-    def __enter__(self) -> "ShardStage":
+    def __enter__(self) -> "ShardOutput":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

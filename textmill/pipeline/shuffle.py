@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardStage, ShardWriter, reject_schema
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, reject_schema
 
 _SCATTER_BATCH_ROWS = 64  # rows buffered per bucket: bounds memory with many buckets
 
@@ -52,7 +52,7 @@ def shuffle_shards(inputs: list[Path], output_dir: Path, num_shards: int, seed: 
     for b, w in enumerate(tqdm(writers, desc="shuffle gather", unit="shard", disable=None)):
         table = pq.read_table(w.path)
         order = np.random.default_rng([seed, b]).permutation(table.num_rows)
-        with ShardStage("shuffle", output_dir / f"part-{b:05d}.parquet", DOC_SCHEMA, inputs, params) as stage:
+        with ShardOutput("shuffle", output_dir / f"part-{b:05d}.parquet", DOC_SCHEMA, inputs, params) as stage:
             for row in table.take(order).to_pylist():
                 reason = row.pop("reason")
                 if reason:

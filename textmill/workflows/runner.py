@@ -271,7 +271,7 @@ def corpus_record(config: str) -> dict:
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
         part["corpus"]["histograms"] = earlier_histograms(cfg.run.work_dir, part["corpus"]["dataset"]) or \
-            corpus_histograms([str(p) for p in t.documents(config).shards()], part["corpus"]["dataset"])
+            corpus_histograms([str(p) for p in t.corpus_task(config).shards()], part["corpus"]["dataset"])
     return part
 
 

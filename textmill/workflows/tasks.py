@@ -328,7 +328,7 @@ class Decontaminate(RunTask):
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **info)
 
 
-def documents(config: str) -> Shuffle | Decontaminate:
+def corpus_task(config: str) -> Shuffle | Decontaminate:
     """The task whose shards are the finished documents: Decontaminate, or Shuffle when the run names no
     evaluation sets to decontaminate against."""
     return Decontaminate(config) if run_config(config).decontaminate.eval_files else Shuffle(config)
@@ -340,10 +340,10 @@ class TrainTokenizer(RunTask):
     stage = "7-tokenizer"
 
     def own_key(self) -> str:
-        return key_of(documents(self.config).key(), self.cfg.tokenize.vocab_size)
+        return key_of(corpus_task(self.config).key(), self.cfg.tokenize.vocab_size)
 
     def requires(self):
-        return documents(self.config)
+        return corpus_task(self.config)
 
     def prefix(self) -> Path:
         return self.folder() / "bpe"
@@ -351,7 +351,7 @@ class TrainTokenizer(RunTask):
     def run(self):
         from textmill.tokenizers.train import train_bpe_on_files
 
-        tokenizer = train_bpe_on_files(documents(self.config).shards(), ("text",), self.cfg.tokenize.vocab_size,
+        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), ("text",), self.cfg.tokenize.vocab_size,
                                        self.prefix())
         self.finish(vocab_size=tokenizer.vocab_size, vocab_file=str(tokenizer.files[0]), merge_file=str(tokenizer.files[1]))
 
@@ -374,10 +374,10 @@ class TokenizeShard(RunTask):
     part = luigi.IntParameter(description="shard number after the shuffle")
 
     def own_key(self) -> str:
-        return key_of(documents(self.config).key(), tokenizer_key(self.config, self.cfg), self.cfg.tokenize.append_eod)
+        return key_of(corpus_task(self.config).key(), tokenizer_key(self.config, self.cfg), self.cfg.tokenize.append_eod)
 
     def requires(self):
-        return [documents(self.config)] + ([] if self.cfg.tokenize.vocab_file else [TrainTokenizer(self.config)])
+        return [corpus_task(self.config)] + ([] if self.cfg.tokenize.vocab_file else [TrainTokenizer(self.config)])
 
     def prefix(self) -> Path:
         return self.folder() / f"part-{self.part:05d}"
@@ -397,7 +397,7 @@ class TokenizeShard(RunTask):
         from textmill.tokenizers.preprocess import TokenizeConfig, tokenize_files
 
         tokenizer = GPT2Tokenizer(*tokenizer_files(self.config, self.cfg))
-        tokenize_files([documents(self.config).shards()[self.part]], self.prefix(), tokenizer,
+        tokenize_files([corpus_task(self.config).shards()[self.part]], self.prefix(), tokenizer,
                        TokenizeConfig(append_eod=self.cfg.tokenize.append_eod, workers=1), progress=False)
 
 
