@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textmill.io.files import has_lone_surrogate
+
 if TYPE_CHECKING:  # torch comes with generation, imported where a request or the model needs it
     from textmill.inference.generate import Generation, SamplingParams
 
@@ -375,10 +377,8 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest("the request body is nested too deeply") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-        try:
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest("the request holds a lone surrogate escape (\\ud800-\\udfff), which is not text") from None
+        if has_lone_surrogate(data):
+            raise BadRequest("the request holds a lone surrogate escape (\\ud800-\\udfff), which is not text")
         return data
 
     def answer(self, work) -> None:

@@ -55,7 +55,6 @@ class ExtractorPool:
     def __init__(self, workers: int, timeout_s: float):
         self._context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
         self.timeout_s = timeout_s
-        self.replaced = 0  # workers killed for overrunning, or found dead
         self._idle: queue.Queue = queue.Queue()
         self._all = [self._start() for _ in range(workers)]
         for worker in self._all:
@@ -73,7 +72,6 @@ class ExtractorPool:
         process.kill()
         process.join()
         conn.close()
-        self.replaced += 1
         fresh = self._start()
         self._all[self._all.index(worker)] = fresh
         return fresh
