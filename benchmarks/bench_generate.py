@@ -44,7 +44,7 @@ def make_checkpoint(root: Path, preset: str) -> tuple[GPT, GPT2Tokenizer]:
     (root / "tokenizer").mkdir(parents=True)
     for src, name in zip(tokenizer.files, ("vocab.json", "merges.txt")):
         (root / "tokenizer" / name).write_bytes(src.read_bytes())
-    save_checkpoint(root, "release", {"model_config": model.cfg.to_dict(), "vocab_size": tokenizer.vocab_size},
+    save_checkpoint(root, "release", {"model_config": model.config.to_dict(), "vocab_size": tokenizer.vocab_size},
                     {"model": model.state_dict()})
     return model, tokenizer
 

@@ -38,7 +38,7 @@ def bench_scrape(pages: int, latency: float, levels: list[int]) -> list[tuple]:
         for level in levels:
             out = tmp / f"sc{level}"
             started = time.perf_counter()
-            [m] = scrape_shards([tmp / "bl" / "urls.parquet"], out, ScrapeConfig(concurrency=level, allow_private=True), 2)
+            [m] = scrape_shards([tmp / "bl" / "urls.parquet"], out, ScrapeConfig(concurrency=level, allow_private_addresses=True, extract_workers=2))
             seconds = time.perf_counter() - started
             assert m["counts"]["kept"] == pages
             rows.append((level, pages / seconds))
@@ -49,7 +49,7 @@ def bench_minhash(docs: int) -> tuple[float, float, int]:
     rng = random.Random(2)
     cfg = DedupConfig()
     texts = [" ".join(synthweb.prose(rng, 6)) for _ in range(docs)]
-    grams = [list(shingles(t, cfg.shingle_size, cfg.unit)) for t in texts]
+    grams = [list(shingles(t, cfg.shingle_size, cfg.shingle_unit)) for t in texts]
     n = sum(len(g) for g in grams)
     started = time.perf_counter()
     for t in texts:

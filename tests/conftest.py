@@ -1,4 +1,3 @@
-import argparse
 import json
 import os
 import random
@@ -71,26 +70,24 @@ def corpus(tmp_path_factory):
     return {"prefix": dataset_prefix(root / "owt", "text"), "vocab": tok.files[0], "merges": tok.files[1]}
 
 
-def train_args(corpus, *extra: str) -> argparse.Namespace:
-    from textmill.trainer.config import add_train_arguments
+def train_config(corpus, **settings):
+    """A small, quick TrainConfig on the corpus; `settings` replace or add to its values."""
+    from textmill.trainer.config import TrainConfig
 
-    parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
-    return parser.parse_args([
-        "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file", str(corpus["merges"]),
-        "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
-        "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
-        "--split", "90,10,0", "--no-index-cache", *extra])
+    return TrainConfig(**{**dict(
+        data_path=(str(corpus["prefix"]),), vocab_file=Path(corpus["vocab"]), merge_file=Path(corpus["merges"]),
+        seq_length=64, micro_batch_size=4, global_batch_size=8, lr=3e-3, lr_warmup_iters=2, log_interval=1,
+        eval_interval=5, eval_iters=2, split="90,10,0", no_index_cache=True), **settings})
 
 
-LLAMA_FLAGS = ("--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-               "--untie-embeddings-and-output-weights", "--disable-bias-linear")
+LLAMA = dict(position_embedding_type="rope", normalization="RMSNorm", swiglu=True, untie_embeddings_and_output_weights=True,
+             disable_bias_linear=True)
 
 
-def train_checkpoint(corpus, save, *flags):
+def train_checkpoint(corpus, save, **settings):
     from textmill.trainer.train import Trainer
 
-    Trainer(train_args(corpus, "--train-iters", "20", "--eval-interval", "20", "--save", str(save), *flags)).train()
+    Trainer(train_config(corpus, train_iters=20, eval_interval=20, save=save, **settings)).train()
     return save
 
 
@@ -102,4 +99,4 @@ def gpt2_ckpt(corpus, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def llama_ckpt(corpus, tmp_path_factory):
-    return train_checkpoint(corpus, tmp_path_factory.mktemp("llama") / "ckpt", *LLAMA_FLAGS)
+    return train_checkpoint(corpus, tmp_path_factory.mktemp("llama") / "ckpt", **LLAMA)

@@ -5,7 +5,7 @@ import lzma
 import pyarrow.parquet as pq
 import pytest
 
-from textmill.pipeline.blacklist import UrlRules, blacklist_files, check_url, normalize_url
+from textmill.pipeline.blacklist import BlacklistConfig, UrlRules, blacklist_files, check_url, normalize_url
 
 from conftest import run_cli
 
@@ -78,7 +78,7 @@ def test_files_compressed_duplicates_and_order(tmp_path):
 def test_user_lists_extend_bundled_ones(tmp_path):
     (tmp_path / "domains.txt").write_text("# mine\nexample\n")
     (tmp_path / "ext.txt").write_text("php\n")
-    rules = UrlRules.with_extra([tmp_path / "domains.txt"], [tmp_path / "ext.txt"])
+    rules = UrlRules.with_extra(BlacklistConfig((tmp_path / "domains.txt",), (tmp_path / "ext.txt",)))
     assert check_url("https://www.example.org/a", rules)[1] == "domain_blacklisted=example"
     assert check_url("https://other.org/index.php", rules)[1] == "extension_blacklisted=.php"
     assert check_url("https://youtube.com/x", rules)[1] == "domain_blacklisted=youtube"

@@ -9,6 +9,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model, save_checkpoint
 
 from conftest import run_cli
-from test_parallel import cli_args
+from test_parallel import config
 
 
 class RunsCode:
@@ -73,7 +74,7 @@ def commands(root, corpus, tmp_path):
         "convert": ["checkpoint", "convert", "--load", load, "--save", str(tmp_path / "converted")],
         "serve": ["serve", "--load", load, "--port", "0"],
         "generate": ["generate", "--load", load, "--prompt", "hello", "--tokens-to-generate", "2"],
-        "train": ["train", *cli_args(corpus, "--train-iters", "2", "--load", load, "--save", str(tmp_path / "t"))],
+        "train": ["train", *config(corpus, train_iters=2, load=Path(load), save=tmp_path / "t").to_argv()],
     }
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from textmill.config import EXAMPLE, RunConfig, load_config
+from textmill.config import RunConfig, example_config, load_config
 from textmill.errors import TextmillError
 
 from conftest import run_cli
@@ -10,25 +10,28 @@ from conftest import run_cli
 
 def test_the_documented_example_is_the_defaults(tmp_path):
     printed = run_cli("run", "--example-config")
-    assert printed.returncode == 0 and printed.stdout == EXAMPLE
-    (tmp_path / "run.toml").write_text(EXAMPLE)
-    cfg = load_config(tmp_path / "run.toml")
+    assert printed.returncode == 0 and printed.stdout == example_config()
+    (tmp_path / "run.toml").write_text(example_config())
+    settings = load_config(tmp_path / "run.toml")
     defaults = RunConfig(path=tmp_path / "run.toml")
-    for section in ("blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "evaluate", "export", "schedule"):
-        assert getattr(cfg, section) == getattr(defaults, section), section
-    assert cfg.run.work_dir == tmp_path / "work" and cfg.run.results_runs == defaults.run.results_runs
-    assert cfg.train.resume == "fresh" and "--train-iters" in cfg.train.options
-    assert cfg.schedule.hour_minute() == (3, 0)
+    for section in ("blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "evaluate", "export",
+                    "schedule"):
+        assert getattr(settings, section) == getattr(defaults, section), section
+    assert settings.run.work_dir == tmp_path / "work" and settings.run.results_runs == defaults.run.results_runs
+    assert settings.train.resume == "fresh" and "--train-iters" in settings.train_options
+    assert settings.schedule.hour_minute() == (3, 0)
 
 
 @pytest.mark.parametrize("text, error", [
-    ('[train]\nresume = "sometimes"', '[train] resume must be "fresh" or "latest", not \'sometimes\''),
+    ('[train]\nresume = "sometimes"', "[train] resume must be one of fresh, latest, not 'sometimes'"),
     ('[train]\nresume = "latest"', '[train] resume = "latest" needs [tokenize] vocab_file'),
     ('[schedule]\nat = "3am"', "[schedule] at: '3am' is not a time of day HH:MM"),
     ('[schedule]\nat = "12:5"', "[schedule] at: '12:5' is not a time of day HH:MM"),
     ("[run]\nresults_runs = 0", "[run] results_runs must be at least 1"),
-    ("[train]\nsave = \"x\"", "[train] save: the workflow sets --save itself"),
-    ("[train]\nno_such_option = 1", "[train] no_such_option: `textmill train` has no option --no-such-option"),
+    ("[train]\nsave = \"x\"", "[train] save: the workflow sets it itself"),
+    ("[train]\nno_such_option = 1", "[train] has no field 'no_such_option' (textmill run --example-config lists them)"),
+    ("[dedup]\nshingle_unit = \"line\"", "[dedup] shingle_unit must be one of word, char, not 'line'"),
+    ("[shuffle]\nseed = 3", "[shuffle] seed: the shuffle's seed is [run] seed"),
     # Ranges, checked when the file is read rather than when the stage runs.
     ("[scrape]\nconcurrency = 0", "[scrape] concurrency must be at least 1, not 0"),
     ("[scrape]\ntimeout_s = nan", "[scrape] timeout_s must be more than 0, not nan"),
@@ -39,7 +42,8 @@ def test_the_documented_example_is_the_defaults(tmp_path):
     ("[shuffle]\nnum_shards = 0", "[shuffle] num_shards must be at least 1, not 0"),
     ("[train]\nnproc_per_node = 0", "[train] nproc_per_node must be at least 1, not 0"),
     # The trainer's own checks, with the model the options describe.
-    ("[train]\nlr = 0.1", "[train] the following options are required: --train-iters"),
+    ("[train]\nlr = 0.1", "[train] needs train_iters"),
+    ("[train]\ntrain_iters = 5\nhidden_dropout = 2.0", "[train] hidden_dropout must be at most 1, not 2.0"),
     ("[train]\ntrain_iters = 5\nseq_length = 1024", "[train] --seq-length 1024 is longer than --max-position-embeddings 256"),
     ("[train]\ntrain_iters = 5\nmicro_batch_size = 8\nglobal_batch_size = 16\nnproc_per_node = 3", "[train] --global-batch-size 16 is not divisible by --micro-batch-size 8 x data-parallel size 3"),
 ])

@@ -24,7 +24,7 @@ def test_cuts_eval_passages_and_counts(tmp_path):
     # the same eval passage in 10 training documents is a common phrase there: not used for cutting
     rows += [{"id": f"common{i}", "text": clean(2) + " " + evals[11] + " " + clean(2)} for i in range(10)]
     write_jsonl(tmp_path / "in" / "d.jsonl", rows)
-    [m], info = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [tmp_path / "eval.jsonl"], DecontaminateConfig())
+    [m], info = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
     kept = pq.read_table(tmp_path / "out" / "d.parquet").to_pylist()
     rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / "d.rejects.parquet").to_pylist()}
     assert rejects == {"only": "contaminated_no_clean_fragment", "many": "contaminated_too_many_pieces"}
@@ -44,7 +44,7 @@ def test_bad_eval_set_is_a_clear_error(tmp_path):
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "a", "text": "hello"}])
     (tmp_path / "eval.jsonl").write_text('{"text": "fine text here"}\n{oops\n')
     with pytest.raises(TextmillError, match="eval.jsonl:2: not valid JSON"):
-        decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [tmp_path / "eval.jsonl"], DecontaminateConfig())
+        decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
 
 
 def test_real_lambada_passage_is_removed(tmp_path):
@@ -55,7 +55,7 @@ def test_real_lambada_passage_is_removed(tmp_path):
     rng = random.Random(8)
     filler = " ".join(synthweb.prose(rng, 3))
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "x", "text": filler + " " + passage + " " + filler}])
-    [m], _ = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", [TEST_DATA / "lambada_test.jsonl"], DecontaminateConfig())
+    [m], _ = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(TEST_DATA / "lambada_test.jsonl",)))
     assert m["documents_touched"] == 1
     text = " ".join(r["text"] for r in pq.read_table(tmp_path / "out" / "d.parquet").to_pylist())
     assert passage[:100] not in text

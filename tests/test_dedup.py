@@ -10,7 +10,7 @@ from conftest import write_jsonl
 
 
 def jaccard(a: str, b: str, cfg: DedupConfig) -> float:
-    x, y = shingles(a, cfg.shingle_size, cfg.unit), shingles(b, cfg.shingle_size, cfg.unit)
+    x, y = shingles(a, cfg.shingle_size, cfg.shingle_unit), shingles(b, cfg.shingle_size, cfg.shingle_unit)
     return len(x & y) / len(x | y)
 
 

@@ -15,7 +15,7 @@ from textmill.trainer.checkpoint import load_model
 from textmill.evaluate.lambada import Cloze, evaluate_lambada, make_cloze, score_clozes
 from textmill.trainer.train import Trainer
 
-from conftest import TEST_DATA, run_cli, train_args, write_jsonl
+from conftest import TEST_DATA, run_cli, train_config, write_jsonl
 
 LAMBADA = TEST_DATA / "lambada_test.jsonl"
 def held_out_passages(n, seed=11):
@@ -178,8 +178,8 @@ def test_imported_model_evaluates_and_fine_tunes(corpus, gpt2_ckpt, tmp_path):
     a = evaluate_lambada(gpt2_ckpt, data, output=tmp_path / "a.json")
     b = evaluate_lambada(tmp_path / "imported", data, output=tmp_path / "b.json")
     assert (a["correct"], a["perplexity"]) == (b["correct"], b["perplexity"]) and b["iteration"] == "release"
-    trainer = Trainer(train_args(corpus, "--train-iters", "2", "--load", str(tmp_path / "imported"),
-                                 "--hidden-dropout", "0", "--save", str(tmp_path / "ft")))
+    trainer = Trainer(train_config(corpus, train_iters=2, load=tmp_path / "imported", hidden_dropout=0.0,
+                                   save=tmp_path / "ft"))
     assert trainer.state.iteration == 0  # weights only: a release checkpoint starts training at 0
     assert trainer.train()["iterations"] == 2
 

@@ -10,17 +10,14 @@ import torch
 from textmill.trainer.checkpoint import load_model
 from textmill.trainer.train import Trainer
 
-from conftest import run_cli, train_args
+from conftest import LLAMA, run_cli, train_config
 
 # No dropout: each rank draws its own dropout masks, so only the dropout-free math can be compared.
-COMMON = ("--micro-batch-size", "2", "--global-batch-size", "8", "--hidden-dropout", "0", "--attention-dropout", "0",
-          "--eval-interval", "3")
+COMMON = dict(micro_batch_size=2, global_batch_size=8, hidden_dropout=0.0, attention_dropout=0.0, eval_interval=3)
 
 
-def cli_args(corpus, *extra):
-    return ["--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file", str(corpus["merges"]),
-            "--seq-length", "64", "--lr", "3e-3", "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-iters", "2",
-            "--split", "90,10,0", *COMMON, *extra]
+def config(corpus, **settings):
+    return train_config(corpus, **{**COMMON, **settings})
 
 
 def logged(save):
@@ -29,13 +26,14 @@ def logged(save):
             {r["iteration"]: r["valid_loss"] for r in records if "valid_loss" in r})
 
 
-def single_process(corpus, save, iters, *extra):
-    Trainer(train_args(corpus, *COMMON, "--train-iters", str(iters), "--save", str(save), *extra)).train()
+def single_process(corpus, save, iters, **settings):
+    Trainer(config(corpus, train_iters=iters, save=save, **settings)).train()
     return logged(save)
 
 
-def distributed(corpus, save, nproc, iters, *extra):
-    r = run_cli("train", "--nproc-per-node", str(nproc), *cli_args(corpus, "--train-iters", str(iters), "--save", str(save), *extra))
+def distributed(corpus, save, nproc, iters, **settings):
+    """`textmill train` in `nproc` processes, with the command-line options of the config."""
+    r = run_cli("train", "--nproc-per-node", str(nproc), *config(corpus, train_iters=iters, save=save, **settings).to_argv())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sum(line.startswith("train: ") for line in r.stdout.splitlines()) == 1  # one summary, from rank 0
     return logged(save)
@@ -55,8 +53,7 @@ def reference(corpus, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "distributed-optimizer"])
 def test_data_parallel_gives_the_single_process_curve(corpus, reference, tmp_path, sharded):
-    extra = ["--use-distributed-optimizer"] if sharded else []
-    train, valid = distributed(corpus, tmp_path / "ckpt", 2, 6, *extra)
+    train, valid = distributed(corpus, tmp_path / "ckpt", 2, 6, use_distributed_optimizer=sharded)
     assert_same_curve(train, reference[0])
     assert_same_curve(valid, reference[1])
     meta = json.loads((tmp_path / "ckpt" / "iter_0000006" / "textmill.json").read_text())
@@ -65,15 +62,13 @@ def test_data_parallel_gives_the_single_process_curve(corpus, reference, tmp_pat
     assert len(list((tmp_path / "ckpt" / "iter_0000006").glob("__*_0.distcp"))) == 2
 
 
-LLAMA = ("--position-embedding-type", "rope", "--swiglu", "--normalization", "RMSNorm",
-         "--untie-embeddings-and-output-weights", "--disable-bias-linear")
-TP, PP, SP = ("--tensor-model-parallel-size", "2"), ("--pipeline-model-parallel-size", "2"), ("--sequence-parallel",)
-LAYOUTS = {  # name: (processes, flags, expected parallel sizes)
+TP, PP, SP = dict(tensor_model_parallel_size=2), dict(pipeline_model_parallel_size=2), dict(sequence_parallel=True)
+LAYOUTS = {  # name: (processes, settings, expected parallel sizes)
     "tp2": (2, TP, {"dp": 1, "tp": 2, "pp": 1}),
-    "tp2-sp": (2, TP + SP, {"dp": 1, "tp": 2, "pp": 1}),
+    "tp2-sp": (2, TP | SP, {"dp": 1, "tp": 2, "pp": 1}),
     "pp2-1f1b": (2, PP, {"dp": 1, "tp": 1, "pp": 2}),
     "dp2xtp2": (4, TP, {"dp": 2, "tp": 2, "pp": 1}),
-    "pp2xtp2-sp": (4, PP + TP + SP, {"dp": 1, "tp": 2, "pp": 2}),
+    "pp2xtp2-sp": (4, PP | TP | SP, {"dp": 1, "tp": 2, "pp": 2}),
     "pp2xdp2": (4, PP, {"dp": 2, "tp": 1, "pp": 2}),
 }
 
@@ -81,8 +76,8 @@ LAYOUTS = {  # name: (processes, flags, expected parallel sizes)
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_model_parallel_layouts_give_the_single_process_curve(corpus, reference, tmp_path, layout):
-    nproc, flags, sizes = LAYOUTS[layout]
-    train, valid = distributed(corpus, tmp_path / "ckpt", nproc, 6, *flags)
+    nproc, settings, sizes = LAYOUTS[layout]
+    train, valid = distributed(corpus, tmp_path / "ckpt", nproc, 6, **settings)
     assert_same_curve(train, reference[0])
     assert_same_curve(valid, reference[1])
     meta = json.loads((tmp_path / "ckpt" / "iter_0000006" / "textmill.json").read_text())
@@ -92,14 +87,14 @@ def test_model_parallel_layouts_give_the_single_process_curve(corpus, reference,
 @pytest.mark.slow
 def test_interleaved_pipeline_and_llama_blocks_under_tensor_parallelism(corpus, tmp_path):
     # Four layers on two pipeline ranks in stages of one layer: each rank holds two non-adjacent stages.
-    whole = single_process(corpus, tmp_path / "four", 6, "--num-layers", "4")
-    interleaved = distributed(corpus, tmp_path / "interleaved", 2, 6, "--num-layers", "4", *PP,
-                              "--num-layers-per-virtual-pipeline-stage", "1")
+    whole = single_process(corpus, tmp_path / "four", 6, num_layers=4)
+    interleaved = distributed(corpus, tmp_path / "interleaved", 2, 6, num_layers=4, **PP,
+                              num_layers_per_virtual_pipeline_stage=1)
     assert_same_curve(interleaved[0], whole[0])
     assert_same_curve(interleaved[1], whole[1])
     # RoPE, SwiGLU (gate split with its up projection), RMSNorm, an untied output layer: TP + SP.
-    llama = single_process(corpus, tmp_path / "llama", 6, *LLAMA)
-    split = distributed(corpus, tmp_path / "llama-tp", 2, 6, *LLAMA, *TP, *SP)
+    llama = single_process(corpus, tmp_path / "llama", 6, **LLAMA)
+    split = distributed(corpus, tmp_path / "llama-tp", 2, 6, **LLAMA, **TP, **SP)
     assert_same_curve(split[0], llama[0])
     assert_same_curve(split[1], llama[1])
 
@@ -108,13 +103,13 @@ def test_interleaved_pipeline_and_llama_blocks_under_tensor_parallelism(corpus, 
 def test_tensor_and_pipeline_checkpoints_reshard_at_load(corpus, tmp_path):
     whole, _ = single_process(corpus, tmp_path / "whole", 8)
     # TP=2 for 4 iterations, then one process; PP=2 for 4, then one process.
-    for name, flags in (("tp", TP + SP), ("pp", PP)):
-        first, _ = distributed(corpus, tmp_path / name, 2, 8, *flags, "--exit-interval", "4")
-        second, _ = single_process(corpus, tmp_path / name, 8, "--load", str(tmp_path / name))
+    for name, settings in (("tp", TP | SP), ("pp", PP)):
+        first, _ = distributed(corpus, tmp_path / name, 2, 8, **settings, exit_interval=4)
+        second, _ = single_process(corpus, tmp_path / name, 8, load=tmp_path / name)
         assert_same_curve({**first, **second}, whole)
     # One process for 4 iterations, then TP=2 x PP=2.
-    Trainer(train_args(corpus, *COMMON, "--train-iters", "8", "--save", str(tmp_path / "one"), "--exit-interval", "4")).train()
-    resumed, _ = distributed(corpus, tmp_path / "one", 4, 8, *TP, *PP, "--load", str(tmp_path / "one"))
+    Trainer(config(corpus, train_iters=8, save=tmp_path / "one", exit_interval=4)).train()
+    resumed, _ = distributed(corpus, tmp_path / "one", 4, 8, **TP, **PP, load=tmp_path / "one")
     assert_same_curve(resumed, whole)
 
 
@@ -123,16 +118,15 @@ def test_checkpoints_load_into_other_layouts(corpus, tmp_path):
     whole, _ = single_process(corpus, tmp_path / "whole", 8)
 
     # Sharded optimizer on 2 processes for 4 iterations, then one process for the other 4.
-    first, _ = distributed(corpus, tmp_path / "a", 2, 8, "--use-distributed-optimizer", "--save-interval", "4",
-                           "--exit-interval", "4")
+    first, _ = distributed(corpus, tmp_path / "a", 2, 8, use_distributed_optimizer=True, save_interval=4, exit_interval=4)
     assert sorted(first) == [1, 2, 3, 4]
-    second, _ = single_process(corpus, tmp_path / "a", 8, "--load", str(tmp_path / "a"))
+    second, _ = single_process(corpus, tmp_path / "a", 8, load=tmp_path / "a")
     assert_same_curve({**first, **second}, whole)
 
     # One process (single-file format) for 4 iterations, then 2 data-parallel processes.
-    Trainer(train_args(corpus, *COMMON, "--train-iters", "8", "--save", str(tmp_path / "b"), "--exit-interval", "4")).train()
+    Trainer(config(corpus, train_iters=8, save=tmp_path / "b", exit_interval=4)).train()
     assert (tmp_path / "b" / "iter_0000004" / "mp_rank_00" / "model_optim_rng.pt").exists()
-    resumed, _ = distributed(corpus, tmp_path / "b", 2, 8, "--load", str(tmp_path / "b"))
+    resumed, _ = distributed(corpus, tmp_path / "b", 2, 8, load=tmp_path / "b")
     assert_same_curve(resumed, whole)
 
     # Evaluation and export read the sharded checkpoint in one process.
@@ -149,15 +143,15 @@ def test_checkpoints_load_into_other_layouts(corpus, tmp_path):
 
 
 def test_a_layout_that_does_not_divide_is_refused_before_launch(corpus):
-    r = run_cli("train", "--nproc-per-node", "3", *cli_args(corpus, "--train-iters", "2"))
+    r = run_cli("train", "--nproc-per-node", "3", *config(corpus, train_iters=2).to_argv())
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "textmill: error: --global-batch-size 8 is not divisible by --micro-batch-size 2 x data-parallel size 3"]
-    r = run_cli("train", "--nproc-per-node", "3", *cli_args(corpus, "--train-iters", "2", "--tensor-model-parallel-size", "3"))
+    r = run_cli("train", "--nproc-per-node", "3", *config(corpus, train_iters=2, tensor_model_parallel_size=3).to_argv())
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["textmill: error: --num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3"]
-    r = run_cli("train", "--nproc-per-node", "2", *cli_args(corpus, "--train-iters", "2", "--pipeline-model-parallel-size", "2",
-                                                             "--micro-batch-size", "8"))
+    r = run_cli("train", "--nproc-per-node", "2", *config(corpus, train_iters=2, pipeline_model_parallel_size=2,
+                                                           micro_batch_size=8).to_argv())
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "textmill: error: --pipeline-model-parallel-size 2 needs at least 2 micro-batches per step; --global-batch-size 8 / "
@@ -166,7 +160,7 @@ def test_a_layout_that_does_not_divide_is_refused_before_launch(corpus):
 
 @pytest.mark.slow
 def test_checkpoint_convert_writes_a_layout_and_back(corpus, tmp_path):
-    Trainer(train_args(corpus, *COMMON, "--train-iters", "8", "--save", str(tmp_path / "one"), "--exit-interval", "4")).train()
+    Trainer(config(corpus, train_iters=8, save=tmp_path / "one", exit_interval=4)).train()
     r = run_cli("checkpoint", "convert", "--load", str(tmp_path / "one"), "--save", str(tmp_path / "tp2pp2"),
                 "--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -183,7 +177,7 @@ def test_checkpoint_convert_writes_a_layout_and_back(corpus, tmp_path):
     for (name, a), (_, b) in zip(original.state_dict().items(), back.state_dict().items()):
         assert torch.equal(a, b), name
     # Training goes on from the converted weights (with a fresh optimizer, as it says).
-    r = run_cli("train", *cli_args(corpus, "--train-iters", "6", "--load", str(tmp_path / "tp2pp2"), "--save", str(tmp_path / "tp2pp2")))
+    r = run_cli("train", *config(corpus, train_iters=6, load=tmp_path / "tp2pp2", save=tmp_path / "tp2pp2").to_argv())
     assert r.returncode == 0, r.stderr
     assert "holds weights only (converted); starting a fresh optimizer" in r.stdout
     assert "iteration        5/6" in r.stdout

@@ -37,7 +37,7 @@ def test_a_lone_surrogate_is_a_counted_reject_in_every_document_stage(tmp_path):
     docs = docs_with_a_lone_surrogate(tmp_path / "in" / "docs.jsonl")
     lambada = str(TEST_DATA / "lambada_test.jsonl")
     for stage, extra in [("dedup", []), ("clean", ["--min-tokens", "1"]), ("shuffle", ["--num-shards", "1"]),
-                         ("decontaminate", ["--eval-set", lambada])]:
+                         ("decontaminate", ["--eval-files", lambada])]:
         out = tmp_path / stage
         r = run_cli(stage, str(docs), "-o", str(out), *extra)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -60,7 +60,7 @@ def test_a_lone_surrogate_is_a_counted_reject_in_tokenize(tmp_path):
 def test_a_lone_surrogate_in_an_evaluation_set_is_one_error_line(tmp_path, gpt2_ckpt):
     docs = write_jsonl(tmp_path / "docs.jsonl", [{"text": "plain words " * 20}])
     bad = docs_with_a_lone_surrogate(tmp_path / "eval.jsonl")
-    line = one_error_line(run_cli("decontaminate", str(docs), "-o", str(tmp_path / "out"), "--eval-set", str(bad)))
+    line = one_error_line(run_cli("decontaminate", str(docs), "-o", str(tmp_path / "out"), "--eval-files", str(bad)))
     assert f"{bad}:2: a lone surrogate escape" in line
     line = one_error_line(run_cli("evaluate", "lambada", "--load", str(gpt2_ckpt), "--valid-data", str(bad)))
     assert f"{bad}:2: a lone surrogate escape" in line

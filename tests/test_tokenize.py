@@ -59,7 +59,7 @@ def test_bin_idx_are_byte_identical_to_megatron_preprocess_data(tmp_path, append
     hf = hf_tokenizer(tmp_path, VOCAB, MERGES)  # HEAD's GPT2BPETokenizer is HF's tokenizer
     megatron_preprocess(docs.read_text().splitlines(), hf.encode, 50256, 50257, append_eod, tmp_path / "megatron")
 
-    args = ("--append-eod",) if append_eod else ()
+    args = ("--append-eod",) if append_eod else ("--no-append-eod",)  # appending is textmill's default, not Megatron's
     r = run_cli("tokenize", "--input", str(docs), "--output-prefix", str(tmp_path / "ours"), *GPT2_FILES, *args)
     assert r.returncode == 0, r.stderr
     assert f"{len(rows)} documents in, {len(rows)} written, 0 rejected" in r.stdout
@@ -150,7 +150,8 @@ def test_a_failing_input_leaves_no_dataset(tmp_path):
 def test_without_a_vocabulary_a_bpe_is_trained_on_the_input(tmp_path):
     rows = [r for r in corpus_rows(80) if r["text"]]
     docs = write_jsonl(tmp_path / "docs.jsonl", rows)
-    r = run_cli("tokenize", "--input", str(docs), "--output-prefix", str(tmp_path / "own"), "--vocab-size", "700")
+    r = run_cli("tokenize", "--input", str(docs), "--output-prefix", str(tmp_path / "own"), "--vocab-size", "700",
+                "--no-append-eod")
     assert r.returncode == 0, r.stderr
     assert "train-tokenizer: 700-token byte-level BPE" in r.stdout
     tok = GPT2Tokenizer(tmp_path / "own-vocab.json", tmp_path / "own-merges.txt")

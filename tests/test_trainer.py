@@ -1,5 +1,6 @@
 """The single-process trainer: Megatron's data index, the schedule, training, checkpoints, bad input."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -11,7 +12,7 @@ from textmill.trainer.data import GPTDataset, build_indices, split_ranges
 from textmill.trainer.optim import LRSchedule
 from textmill.trainer.train import Trainer
 
-from conftest import run_cli, train_args
+from conftest import LLAMA, run_cli, train_config
 
 
 def unique_token_dataset(path, doc_lengths):
@@ -127,17 +128,17 @@ def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, maske
 
 
 def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp_path):
-    whole = Trainer(train_args(corpus, "--train-iters", "20")).train()
+    whole = Trainer(train_config(corpus, train_iters=20)).train()
     losses = [r["lm_loss"] for r in whole["log"] if "lm_loss" in r]
     valid = [r["valid_loss"] for r in whole["log"] if "valid_loss" in r]
     assert len(valid) == 4 and valid == sorted(valid, reverse=True) and valid[-1] < valid[0] - 0.3
 
     save = tmp_path / "ckpt"
-    first = Trainer(train_args(corpus, "--train-iters", "20", "--save", str(save), "--save-interval", "10"))
-    first.args.train_iters = 10  # stop after 10 of the 20 planned iterations, as a killed run would
+    first = Trainer(train_config(corpus, train_iters=20, save=save, save_interval=10))
+    first.config = dataclasses.replace(first.config, train_iters=10)  # stop after 10 of 20, as a killed run would
     first.train()
     assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
-    resumed = Trainer(train_args(corpus, "--train-iters", "20", "--save", str(save), "--load", str(save))).train()
+    resumed = Trainer(train_config(corpus, train_iters=20, save=save, load=save)).train()
     resumed_losses = [r["lm_loss"] for r in first.state.log + resumed["log"] if "lm_loss" in r]
     assert resumed_losses == losses  # bit-identical, not merely close
     assert (save / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt").exists()
@@ -145,26 +146,24 @@ def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp
 
 
 def test_activation_recomputation_changes_memory_not_results(corpus):
-    def losses(*extra):
-        log = Trainer(train_args(corpus, "--train-iters", "4", "--hidden-dropout", "0", "--attention-dropout", "0", *extra)).train()["log"]
+    def losses(**settings):
+        log = Trainer(train_config(corpus, train_iters=4, hidden_dropout=0.0, attention_dropout=0.0, **settings)).train()["log"]
         return [r["lm_loss"] for r in log if "lm_loss" in r]
 
     plain = losses()
-    for extra in (["--recompute-granularity", "full"], ["--recompute-activations"]):
-        assert losses(*extra) == pytest.approx(plain, rel=1e-6)
+    for settings in (dict(recompute_granularity="full"), dict(recompute_activations=True)):
+        assert losses(**settings) == pytest.approx(plain, rel=1e-6)
 
 
 def test_fp16_overflow_skips_steps_and_says_so(corpus, capsys):
-    result = Trainer(train_args(corpus, "--train-iters", "3", "--fp16", "--initial-loss-scale", str(2.0**40),
-                                "--hidden-dropout", "0", "--attention-dropout", "0")).train()
+    result = Trainer(train_config(corpus, train_iters=3, fp16=True, initial_loss_scale=2.0**40, hidden_dropout=0.0,
+                                  attention_dropout=0.0)).train()
     assert result["skipped_iterations"] >= 1
     assert "fp16 gradients overflowed; step skipped" in capsys.readouterr().out
 
 
 def test_llama_style_blocks_train_with_tensorboard(corpus, tmp_path):
-    result = Trainer(train_args(corpus, "--train-iters", "4", "--position-embedding-type", "rope", "--normalization",
-                                "RMSNorm", "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-                                "--bf16", "--tensorboard-dir", str(tmp_path / "tb"))).train()
+    result = Trainer(train_config(corpus, train_iters=4, **LLAMA, bf16=True, tensorboard_dir=tmp_path / "tb")).train()
     assert np.isfinite(result["valid_loss"])
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -201,4 +200,4 @@ def test_bad_input_is_one_clear_error(corpus, tmp_path):
 
 def test_the_split_must_leave_training_documents(corpus):
     with pytest.raises(TextmillError, match="no training documents"):
-        Trainer(train_args(corpus, "--train-iters", "2", "--split", "0,1,0"))
+        Trainer(train_config(corpus, train_iters=2, split="0,1,0"))

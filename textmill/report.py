@@ -379,7 +379,7 @@ def render_report(record: dict, history: list[dict]) -> str:
                   f"{html.escape(corpus['dataset'])}.bin/.idx</p>"]
     train = record.get("train")
     if train:
-        from textmill.trainer.train import read_metrics
+        from textmill.trainer.metrics import read_metrics
 
         metrics = read_metrics(Path(train["checkpoints"]))
         started = f", starting from {train['started_from']}" if train.get("started_from") else ""

@@ -29,9 +29,9 @@ def cron_quote(path: Path | str) -> str:
 
 def crontab_line(config: Path, at: str | None = None, workers: int = 1, scheduler_url: str | None = None) -> str:
     config = Path(config).resolve()
-    cfg = load_config(config)
-    hour, minute = (ScheduleSection(at) if at else cfg.schedule).hour_minute()
-    work = cfg.run.work_dir
+    settings = load_config(config)
+    hour, minute = (ScheduleSection(at) if at else settings.schedule).hour_minute()
+    work = settings.run.work_dir
     run = [sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", str(workers)]
     if scheduler_url:
         run += ["--scheduler-url", scheduler_url]

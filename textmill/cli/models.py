@@ -6,18 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
+from textmill.settings import add_arguments, from_namespace
+from textmill.trainer.config import TrainConfig
 
 
 def cmd_train(args) -> str:
     from textmill.trainer.train import run
 
-    return run(args)
+    return run(from_namespace(TrainConfig, args))
 
 
 def cmd_evaluate_lambada(args) -> str:
     from textmill.evaluate.lambada import evaluate_lambada
     from textmill.report import lambada_lines
-    from textmill.trainer.train import pick_device
+    from textmill.trainer.device import pick_device
 
     timer = Timer()
     r = evaluate_lambada(args.load, args.valid_data, args.strict_lambada, args.vocab_file, args.merge_file,
@@ -52,13 +54,11 @@ def cmd_checkpoint_convert(args) -> str:
 
 
 def add_parsers(sub) -> None:
-    from textmill.trainer.config import add_train_arguments
-
     fmt = ArgumentDefaults
     p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
                        description="Train a GPT (GPT-2, or LLaMA-style blocks) on Megatron .bin/.idx datasets, with "
                        "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
-    add_train_arguments(p)
+    add_arguments(p, TrainConfig)
     p.set_defaults(func=cmd_train)
 
     saved_tokenizer = "the tokenizer to use (default: the copies the trainer keeps in LOAD/tokenizer/)"

@@ -10,12 +10,12 @@ from textmill.errors import TextmillError
 
 
 def cmd_run(args) -> str:
-    from textmill.config import EXAMPLE, load_config
+    from textmill.config import example_config, load_config
     from textmill.report import failed_run_lines, run_lines
     from textmill.workflows.runner import run_workflow
 
     if args.example_config:
-        return EXAMPLE.rstrip()
+        return example_config().rstrip()
     if args.config is None:
         raise TextmillError("give the run's TOML file (textmill run --example-config prints a documented one)")
     load_config(args.config)  # a bad config is one error line before Luigi starts

@@ -11,7 +11,7 @@ from textmill.errors import TextmillError
 def cmd_serve(args) -> str:
     from textmill.inference.server import Limits, TextGenerator, make_server, serve_until_stopped
     from textmill.report import serve_banner, served_line
-    from textmill.trainer.train import pick_device
+    from textmill.trainer.device import pick_device
 
     limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate)
     generator = TextGenerator(args.load, limits, pick_device(args.device), args.bf16, args.vocab_file, args.merge_file)
@@ -26,7 +26,7 @@ def cmd_serve(args) -> str:
 
 def cmd_generate(args) -> str:
     from textmill.inference.client import LocalModel, RemoteModel, run_client
-    from textmill.trainer.train import pick_device
+    from textmill.trainer.device import pick_device
 
     if args.url and args.stop:
         raise TextmillError("--stop works with --load only (Megatron's API has no stop strings); use --stop-on-eol")

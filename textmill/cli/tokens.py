@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files, gpt2_tokenizer
+from textmill.cli.options import ArgumentDefaults, Timer
+from textmill.settings import add_arguments, from_namespace
+from textmill.tokenizers.config import TokenizeConfig
 
 
 def cmd_tokenize(args) -> str:
     from textmill.pipeline.shards import list_shards
     from textmill.report import tokenize_line, trained_tokenizer_line
-    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, rejects_file, tokenize_files
+    from textmill.tokenizers.gpt2 import GPT2Tokenizer
+    from textmill.tokenizers.preprocess import dataset_prefix, rejects_file, tokenize_files
     from textmill.tokenizers.train import train_bpe_on_files
 
     timer = Timer()
+    config = from_namespace(TokenizeConfig, args)
     inputs = list_shards(args.inputs)
     lines = []
-    tokenizer = gpt2_tokenizer(args)
-    if tokenizer is None:
-        tokenizer = train_bpe_on_files(inputs, tuple(args.json_keys), args.vocab_size, args.output_prefix, args.min_frequency)
+    if config.vocab_file:
+        tokenizer = GPT2Tokenizer(config.vocab_file, config.merge_file)
+    else:
+        tokenizer = train_bpe_on_files(inputs, config.json_keys, config.vocab_size, args.output_prefix, config.min_frequency)
         lines.append(trained_tokenizer_line(tokenizer))
-    cfg = TokenizeConfig(tuple(args.json_keys), args.append_eod, args.workers)
-    m = tokenize_files(inputs, args.output_prefix, tokenizer, cfg)
+    m = tokenize_files(inputs, args.output_prefix, tokenizer, config)
     datasets = [str(dataset_prefix(args.output_prefix, key)) for key in m["counts"]["tokens"]]
     return "\n".join([*lines, tokenize_line(m, datasets, rejects_file(args.output_prefix), timer.seconds)])
 
@@ -33,8 +36,9 @@ def cmd_train_tokenizer(args) -> str:
     from textmill.tokenizers.train import train_bpe_on_files
 
     timer = Timer()
-    tokenizer = train_bpe_on_files(list_shards(args.inputs), tuple(args.json_keys), args.vocab_size, args.output_prefix,
-                                   args.min_frequency)
+    config = from_namespace(TokenizeConfig, args)
+    tokenizer = train_bpe_on_files(list_shards(args.inputs), config.json_keys, config.vocab_size, args.output_prefix,
+                                   config.min_frequency)
     return f"{trained_tokenizer_line(tokenizer)} {seconds_tag(timer.seconds)}"
 
 
@@ -49,12 +53,6 @@ def cmd_merge_datasets(args) -> str:
 
 def add_parsers(sub) -> None:
     fmt = ArgumentDefaults
-
-    def tokenizer_training_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--vocab-size", type=int, default=50257,
-                       help="size of a trained vocabulary: 256 bytes + merges + <|endoftext|>")
-        p.add_argument("--min-frequency", type=int, default=2, help="a pair seen fewer times is never merged")
-
     texts = ("documents: loose JSON lines (Megatron's input format) or Parquet shards from `textmill shuffle`, "
              "or directories of them; read in the order given, files of a directory in name order")
     p = sub.add_parser("tokenize", help="GPT-2 BPE-encode documents into Megatron .bin/.idx files (tools/preprocess_data.py).",
@@ -64,11 +62,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
     p.add_argument("--output-prefix", required=True,
                    help="writes PREFIX_KEY_document.bin/.idx per JSON key, PREFIX.rejects.jsonl and PREFIX.manifest.json")
-    p.add_argument("--json-keys", nargs="+", default=["text"], help="fields to tokenize; one dataset per field")
-    add_tokenizer_files(p, "encode with these (e.g. gpt2-vocab.json, gpt2-merges.txt); without them a BPE is trained")
-    p.add_argument("--append-eod", action="store_true", help="end every non-empty document with <|endoftext|>")
-    p.add_argument("--workers", type=int, default=2, help="encoding threads (the encoder runs outside the GIL)")
-    tokenizer_training_options(p)
+    add_arguments(p, TokenizeConfig)
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("train-tokenizer", help="Train a byte-level BPE and save it as GPT-2 vocab.json + merges.txt.",
@@ -76,8 +70,8 @@ def add_parsers(sub) -> None:
                        "which Megatron-LM (--vocab-file/--merge-file), transformers and textmill load.", formatter_class=fmt)
     p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
     p.add_argument("--output-prefix", required=True, help="writes PREFIX-vocab.json and PREFIX-merges.txt")
-    p.add_argument("--json-keys", nargs="+", default=["text"], help="fields whose text is learned from")
-    tokenizer_training_options(p)
+    add_arguments(p, TokenizeConfig, skip=("vocab_file", "merge_file", "append_eod", "workers"),
+                  help_for={"json_keys": "fields whose text is learned from"})
     p.set_defaults(func=cmd_train_tokenizer)
 
     p = sub.add_parser("merge-datasets", help="Concatenate the .bin/.idx datasets of a directory (tools/merge_datasets.py).",

@@ -71,7 +71,7 @@ def score_clozes(model, clozes: list[Cloze], vocab_size: int, pad_id: int, batch
     The model reads context + target minus the last token; the logits at the target positions are
     compared with the target. Batches are right-padded with `pad_id`; causal attention keeps padding from
     touching the positions scored, so padding to the batch's longest passage gives Megatron's numbers."""
-    limit = model.cfg.max_position_embeddings
+    limit = model.config.max_position_embeddings
     inputs, truncated = [], 0
     for c in clozes:
         tokens = c.context + c.target

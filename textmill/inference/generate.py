@@ -95,9 +95,9 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
         raise ValueError("every prompt needs at least one token")
     ends = lengths + params.tokens_to_generate  # exclusive end position of each row
     total = int(ends.max())
-    if total > model.cfg.max_position_embeddings:
+    if total > model.config.max_position_embeddings:
         raise ValueError(f"prompt and generation need {total} positions; the model has "
-                         f"{model.cfg.max_position_embeddings}")
+                         f"{model.config.max_position_embeddings}")
     B = len(prompts)
     tokens = torch.full((B, total), eod, dtype=torch.long)
     for row, p in enumerate(prompts):

@@ -230,7 +230,7 @@ class TextGenerator:
         self.text = TokenText(self.tokenizer)
         self.dtype = torch.bfloat16 if bf16 else None
         self.limits = limits
-        self.positions = self.model.cfg.max_position_embeddings
+        self.positions = self.model.config.max_position_embeddings
         self.info = {"checkpoint": str(load), "iteration": "release" if ckpt.release else ckpt.meta["iteration"],
                      "parameters": self.model.num_parameters(), "positions": self.positions,
                      "vocab_size": self.tokenizer.vocab_size}

@@ -35,9 +35,9 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         raise TextmillError(f"{load}: no checkpoint here")
     if Path(save).resolve() == Path(load).resolve():
         raise TextmillError("--save must be another directory than --load")
-    cfg = ckpt.model_config()
+    model_config = ckpt.model_config()
     dims = ParallelDims(tp * pp, tp, pp)
-    dims.check(cfg, global_batch=pp, micro_batch=1)  # batch sizes do not matter here
+    dims.check(model_config, global_batch=pp, micro_batch=1)  # batch sizes do not matter here
     if fmt == "torch" and dims.distributed:
         raise TextmillError("--ckpt-format torch is one file from one process; use torch_dist for several ranks")
     world = world_from_env()[0]
@@ -48,7 +48,7 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         raise TextmillError(f"started as {world} processes, but the target layout has {dims.world} ranks")
 
     with distributed_session(dims, torch.device("cpu"), 10.0) as mesh:
-        model = GPT(cfg)
+        model = GPT(model_config)
         parameters = model.num_parameters()
         chunks = split_stages(model, mesh["pp"].get_local_rank(), pp, 1) if pp > 1 else [(0, model)]
         options = StateDictOptions(full_state_dict=ckpt.format == "torch")

@@ -31,29 +31,29 @@ GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
 
-def hf_family(cfg: GPTConfig) -> str:
-    gpt2 = (cfg.position_embedding, cfg.normalization, cfg.activation in GPT2_ACTIVATIONS, cfg.bias)
+def hf_family(model_config: GPTConfig) -> str:
+    gpt2 = (model_config.position_embedding, model_config.normalization, model_config.activation in GPT2_ACTIVATIONS, model_config.bias)
     if gpt2 == ("learned", "layernorm", True, True):
         return "gpt2"
-    if (cfg.position_embedding, cfg.normalization, cfg.activation, cfg.bias) == ("rope", "rmsnorm", "swiglu", False):
+    if (model_config.position_embedding, model_config.normalization, model_config.activation, model_config.bias) == ("rope", "rmsnorm", "swiglu", False):
         return "llama"
     raise TextmillError(
-        f"no Hugging Face class has this block (positions {cfg.position_embedding}, norm {cfg.normalization}, "
-        f"activation {cfg.activation}, bias {cfg.bias}); export needs GPT-2's (learned, layernorm, gelu, biases) "
+        f"no Hugging Face class has this block (positions {model_config.position_embedding}, norm {model_config.normalization}, "
+        f"activation {model_config.activation}, bias {model_config.bias}); export needs GPT-2's (learned, layernorm, gelu, biases) "
         "or LLaMA's (rope, rmsnorm, swiglu, no biases)"
     )
 
 
-def split_qkv(w: torch.Tensor, cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def split_qkv(w: torch.Tensor, model_config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-head [heads, 3, head_dim, ...] rows -> Q, K, V, each [heads * head_dim, ...]."""
-    grouped = w.reshape(cfg.num_attention_heads, 3, cfg.head_dim, *w.shape[1:])
-    return tuple(grouped[:, i].reshape(cfg.hidden_size, *w.shape[1:]) for i in range(3))
+    grouped = w.reshape(model_config.num_attention_heads, 3, model_config.head_dim, *w.shape[1:])
+    return tuple(grouped[:, i].reshape(model_config.hidden_size, *w.shape[1:]) for i in range(3))
 
 
-def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_config: GPTConfig) -> torch.Tensor:
     """Inverse of split_qkv."""
-    parts = [t.reshape(cfg.num_attention_heads, cfg.head_dim, *t.shape[1:]) for t in (q, k, v)]
-    return torch.stack(parts, dim=1).reshape(3 * cfg.hidden_size, *q.shape[1:])
+    parts = [t.reshape(model_config.num_attention_heads, model_config.head_dim, *t.shape[1:]) for t in (q, k, v)]
+    return torch.stack(parts, dim=1).reshape(3 * model_config.hidden_size, *q.shape[1:])
 
 
 # Parameter names, textmill -> Hugging Face, one table per family read in both directions: (ours, theirs,
@@ -77,20 +77,20 @@ HF_NAMES = {
 }
 
 
-def qkv_to_hf(family: str, layer: dict, cfg: GPTConfig) -> dict:
+def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     """One block's fused projection (our names, without the block prefix) in Hugging Face's form."""
     if family == "gpt2":
-        return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], cfg)).t(),
-                "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], cfg))}
-    return dict(zip((f"self_attn.{p}_proj.weight" for p in "qkv"), split_qkv(layer["attn.qkv.weight"], cfg)))
+        return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], model_config)).t(),
+                "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], model_config))}
+    return dict(zip((f"self_attn.{p}_proj.weight" for p in "qkv"), split_qkv(layer["attn.qkv.weight"], model_config)))
 
 
-def qkv_from_hf(family: str, layer: dict, cfg: GPTConfig) -> dict:
+def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     """Inverse of qkv_to_hf."""
     if family == "gpt2":
-        return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), cfg),
-                "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), cfg)}
-    return {"attn.qkv.weight": join_qkv(*(layer[f"self_attn.{p}_proj.weight"] for p in "qkv"), cfg)}
+        return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), model_config),
+                "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), model_config)}
+    return {"attn.qkv.weight": join_qkv(*(layer[f"self_attn.{p}_proj.weight"] for p in "qkv"), model_config)}
 
 
 def block(state: dict, prefix: str) -> dict:
@@ -98,35 +98,35 @@ def block(state: dict, prefix: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- export
-def to_hf_state(family: str, ours: dict, cfg: GPTConfig, vocab: int) -> dict:
+def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) -> dict:
     names = HF_NAMES[family]
     hf = {names["embedding"]: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in names["globals"]}}
-    for i in range(cfg.num_layers):
+    for i in range(model_config.num_layers):
         o, h = f"blocks.{i}.", names["layer"].format(i)
         for a, b, transposed in names["layers"]:
             hf[h + b] = ours[o + a].t() if transposed else ours[o + a]
-        hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), cfg).items()})
-    if not cfg.tie_embeddings:
+        hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), model_config).items()})
+    if not model_config.tie_embeddings:
         hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
     return hf
 
 
-def hf_config(cfg: GPTConfig, family: str, vocab: int, eod: int) -> dict:
-    common = {"vocab_size": vocab, "bos_token_id": eod, "eos_token_id": eod, "tie_word_embeddings": cfg.tie_embeddings,
-              "initializer_range": cfg.init_std, "torch_dtype": "float32", "dtype": "float32"}
+def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int) -> dict:
+    common = {"vocab_size": vocab, "bos_token_id": eod, "eos_token_id": eod, "tie_word_embeddings": model_config.tie_embeddings,
+              "initializer_range": model_config.init_std, "torch_dtype": "float32", "dtype": "float32"}
     if family == "gpt2":
-        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.max_position_embeddings,
-                "n_embd": cfg.hidden_size, "n_layer": cfg.num_layers, "n_head": cfg.num_attention_heads,
-                "n_inner": cfg.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[cfg.activation],
-                "layer_norm_epsilon": cfg.norm_epsilon, "resid_pdrop": cfg.hidden_dropout, "embd_pdrop": cfg.hidden_dropout,
-                "attn_pdrop": cfg.attention_dropout, "scale_attn_weights": True, **common}
-    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
-            "intermediate_size": cfg.ffn_hidden_size, "num_hidden_layers": cfg.num_layers,
-            "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_attention_heads,
-            "head_dim": cfg.head_dim, "hidden_act": "silu", "max_position_embeddings": cfg.max_position_embeddings,
-            "rms_norm_eps": cfg.norm_epsilon, "rope_theta": cfg.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-            "attention_bias": False, "mlp_bias": False, "attention_dropout": cfg.attention_dropout, **common}
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": model_config.max_position_embeddings,
+                "n_embd": model_config.hidden_size, "n_layer": model_config.num_layers, "n_head": model_config.num_attention_heads,
+                "n_inner": model_config.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[model_config.activation],
+                "layer_norm_epsilon": model_config.norm_epsilon, "resid_pdrop": model_config.hidden_dropout, "embd_pdrop": model_config.hidden_dropout,
+                "attn_pdrop": model_config.attention_dropout, "scale_attn_weights": True, **common}
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": model_config.hidden_size,
+            "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
+            "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.num_attention_heads,
+            "head_dim": model_config.head_dim, "hidden_act": "silu", "max_position_embeddings": model_config.max_position_embeddings,
+            "rms_norm_eps": model_config.norm_epsilon, "rope_theta": model_config.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": model_config.rope_theta},
+            "attention_bias": False, "mlp_bias": False, "attention_dropout": model_config.attention_dropout, **common}
 
 
 def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
@@ -145,18 +145,18 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
 
     model, ckpt = load_model(load)
     tokenizer = checkpoint_tokenizer(load, ckpt.meta, vocab_file, merge_file)
-    cfg = model.cfg
-    family = hf_family(cfg)
+    model_config = model.config
+    family = hf_family(model_config)
     ours = model.state_dict()
-    tensors = to_hf_state(family, ours, cfg, tokenizer.vocab_size)
+    tensors = to_hf_state(family, ours, model_config, tokenizer.vocab_size)
     output = Path(output)
     tmp = output.with_name(f".{output.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
-    config = hf_config(cfg, family, tokenizer.vocab_size, tokenizer.eod)
+    config = hf_config(model_config, family, tokenizer.vocab_size, tokenizer.eod)
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    write_tokenizer(tokenizer, cfg.max_position_embeddings, tmp)
+    write_tokenizer(tokenizer, model_config.max_position_embeddings, tmp)
     if output.exists():
         shutil.rmtree(output)
     tmp.rename(output)
@@ -224,16 +224,16 @@ def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([w, w.new_zeros(rows - w.shape[0], *w.shape[1:])])
 
 
-def from_hf_state(family: str, hf: dict, cfg: GPTConfig) -> dict:
+def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
     names = HF_NAMES[family]
-    ours = {"wte.weight": padded_rows(hf[names["embedding"]], cfg.vocab_size), **{o: hf[theirs] for o, theirs in names["globals"]}}
-    for i in range(cfg.num_layers):
+    ours = {"wte.weight": padded_rows(hf[names["embedding"]], model_config.vocab_size), **{o: hf[theirs] for o, theirs in names["globals"]}}
+    for i in range(model_config.num_layers):
         o, h = f"blocks.{i}.", names["layer"].format(i)
         for a, b, transposed in names["layers"]:
             ours[o + a] = hf[h + b].t() if transposed else hf[h + b]
-        ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), cfg).items()})
-    if not cfg.tie_embeddings:
-        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], cfg.vocab_size)
+        ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), model_config).items()})
+    if not model_config.tie_embeddings:
+        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], model_config.vocab_size)
     return ours
 
 
@@ -252,7 +252,7 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
                             "vocab_size)")
     vocab = hf["vocab_size"]
     try:
-        cfg = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
+        model_config = config_from_hf(hf, padded_vocab_size(vocab, divisible_by))
     except KeyError as exc:
         raise TextmillError(f"{folder}/config.json: malformed, it has no {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
@@ -260,11 +260,11 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     weights = {k: v.float() for k, v in read_hf_weights(folder).items()}
     if hf["model_type"] == "gpt2":  # OpenAI's own GPT-2 files name the tensors without "transformer."
         weights = {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in weights.items()}
-    if cfg.tie_embeddings:
+    if model_config.tie_embeddings:
         weights.pop("lm_head.weight", None)
     try:
-        ours = from_hf_state(hf["model_type"], weights, cfg)
-        model = GPT(cfg)
+        ours = from_hf_state(hf["model_type"], weights, model_config)
+        model = GPT(model_config)
         model.load_state_dict(ours)  # checks every name and shape
     except (KeyError, RuntimeError) as exc:
         raise TextmillError(f"{folder}: weights do not match config.json ({type(exc).__name__}: {str(exc)[:300]})") from None
@@ -279,7 +279,7 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     (save / "tokenizer").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(vocab_file, save / "tokenizer" / "vocab.json")
     shutil.copyfile(merge_file, save / "tokenizer" / "merges.txt")
-    save_checkpoint(save, "release", {"model_config": cfg.to_dict(), "vocab_size": vocab, "seq_length": cfg.max_position_embeddings,
+    save_checkpoint(save, "release", {"model_config": model_config.to_dict(), "vocab_size": vocab, "seq_length": model_config.max_position_embeddings,
                                       "imported_from": str(folder)}, {"model": model.state_dict()})
     return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,
-            "padded_vocab_size": cfg.vocab_size, "output": str(save)}
+            "padded_vocab_size": model_config.vocab_size, "output": str(save)}

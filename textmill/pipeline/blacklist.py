@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import tldextract
 
 from textmill.errors import TextmillError
+from textmill.pipeline.config import BlacklistConfig
 from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, shard_name
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
@@ -48,14 +49,14 @@ class UrlRules:
     min_length: int = 9  # URLs of 8 characters or fewer are rejected, as in the reference
 
     @classmethod
-    def with_extra(cls, domain_files: Iterable[Path] = (), extension_files: Iterable[Path] = ()) -> "UrlRules":
-        """The bundled lists extended by the user's files (same format: one entry a line, '#' comments)."""
+    def with_extra(cls, config: BlacklistConfig) -> "UrlRules":
+        """The bundled lists extended by the user's files."""
         base = cls()
         domains = set(base.domains)
         extensions = list(base.extensions)
-        for path in domain_files:
+        for path in config.domain_blacklist:
             domains.update(_read_list(_read_text(path).splitlines()))
-        for path in extension_files:
+        for path in config.extension_blacklist:
             extensions.extend(e if e.startswith(".") else "." + e for e in _read_list(_read_text(path).splitlines()))
         return cls(domains=frozenset(domains), extensions=tuple(dict.fromkeys(extensions)))
 

@@ -12,7 +12,6 @@ Differences from the reference, each on purpose:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,28 +21,12 @@ from langdetect import DetectorFactory, LangDetectException, detect
 from tqdm import tqdm
 
 from textmill.io.files import file_fingerprint
-
+from textmill.pipeline.config import CleanConfig
 from textmill.pipeline.documents import iter_documents
-
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
-from textmill.settings import check_ranges, ranged
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)
-
-
-@dataclass(frozen=True)
-class CleanConfig:
-    language: str = "en"
-    min_tokens: int = ranged(128, least=0)
-    langdetect_chars: int = ranged(4000, least=1)
-    seed: int = ranged(0, least=0)
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
-
-    def params(self) -> dict:
-        return asdict(self)
 
 
 def approx_token_count(text: str) -> int:

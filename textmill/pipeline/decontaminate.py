@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -22,30 +22,12 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
+from textmill.pipeline.config import DecontaminateConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
-from textmill.settings import check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")
-
-
-@dataclass(frozen=True)
-class DecontaminateConfig:
-    max_ngram: int = ranged(13, least=1)
-    min_ngram: int = ranged(8, least=1)
-    cut_chars: int = ranged(200, least=0)
-    min_fragment_chars: int = ranged(200, least=0)
-    max_pieces: int = ranged(10, least=1)
-    key_threshold: int = ranged(10, least=1)
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
-        if self.min_ngram > self.max_ngram:
-            raise TextmillError(f"min_ngram {self.min_ngram} is more than max_ngram {self.max_ngram}")
-
-    def params(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -134,10 +116,10 @@ def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfi
     return [p.strip() for p in pieces if len(p.strip()) > cfg.min_fragment_chars]
 
 
-def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig, eval_files: list[Path]) -> dict:
+def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> dict:
     """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
     n = touched = chars_removed = 0
-    with ShardOutput("decontaminate", output, DOC_SCHEMA, [shard, *eval_files], cfg.params()) as stage:
+    with ShardOutput("decontaminate", output, DOC_SCHEMA, [shard, *cfg.eval_files], cfg.params()) as stage:
         for row, bad in iter_documents(shard):
             n += 1
             if bad:
@@ -162,13 +144,13 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
         return stage.finish(n, documents_touched=touched, characters_removed=chars_removed)
 
 
-def decontaminate_shards(shards: list[Path], output_dir: Path, eval_files: list[Path], cfg: DecontaminateConfig) -> tuple[list[dict], dict]:
+def decontaminate_shards(shards: list[Path], output_dir: Path, cfg: DecontaminateConfig) -> tuple[list[dict], dict]:
     """Both passes over all shards; returns the shard manifests and a summary of the n-grams used."""
-    ngrams = eval_ngrams(eval_files, cfg)
+    ngrams = eval_ngrams(cfg.eval_files, cfg)
     counts = count_matches(tqdm(shards, desc="decontaminate count", unit="shard", disable=None), ngrams)
     chosen = selected_ngrams(ngrams, counts, cfg)
     manifests = [
-        decontaminate_shard(s, output_dir / f"{s.stem}.parquet", chosen, cfg, eval_files)
+        decontaminate_shard(s, output_dir / f"{s.stem}.parquet", chosen, cfg)
         for s in tqdm(shards, desc="decontaminate cut", unit="shard", disable=None)
     ]
     info = {

@@ -12,7 +12,7 @@ Three steps, so the expensive one is sharded and reusable:
 3. `filter_shard`: documents that are not keepers are rejected with reason `near_duplicate_of=<id>`.
 
 Shingles are word 5-grams by default (datatrove's choice: unrelated pages share few of them, so the LSH
-yields few false candidates); `unit="char"` gives Megatron's character 5-grams.
+yields few false candidates); `shingle_unit="char"` gives Megatron's character 5-grams.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import functools
 import json
 import re
 import zlib
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -32,40 +30,12 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint, write_json
+from textmill.pipeline.config import DedupConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, write_table
-from textmill.settings import SEED_MAX, check_ranges, ranged
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
-
-
-@dataclass(frozen=True)
-class DedupConfig:
-    shingle_size: int = ranged(5, least=1)
-    unit: Literal["word", "char"] = "word"
-    num_perm: int = ranged(128, least=1)
-    bands: int = ranged(16, least=1)
-    threshold: float = ranged(0.7, above=0, most=1)  # estimated Jaccard at or above which two documents are duplicates
-    seed: int = ranged(1, least=0, most=SEED_MAX)
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
-        if self.unit not in ("word", "char"):
-            raise TextmillError(f"shingle unit must be 'word' or 'char', not {self.unit!r}")
-        if self.num_perm % self.bands:
-            raise TextmillError(f"num_perm {self.num_perm} is not divisible by bands {self.bands}")
-
-    @property
-    def rows(self) -> int:
-        return self.num_perm // self.bands
-
-    def signature_params(self) -> dict:
-        """The parameters a signature depends on (banding and threshold do not change signatures)."""
-        return {k: v for k, v in asdict(self).items() if k in ("shingle_size", "unit", "num_perm", "seed")}
-
-    def params(self) -> dict:
-        return asdict(self)
 
 
 def shingles(text: str, size: int, unit: str) -> set[bytes]:
@@ -98,7 +68,7 @@ def signature(text: str, cfg: DedupConfig) -> np.ndarray:
         permutations=_permutations(cfg.num_perm, cfg.seed),
         scheme="affine32",
     )
-    grams = list(shingles(text, cfg.shingle_size, cfg.unit))
+    grams = list(shingles(text, cfg.shingle_size, cfg.shingle_unit))
     for start in range(0, len(grams), _HASH_CHUNK):
         m.update_batch(grams[start : start + _HASH_CHUNK])
     return m.hashvalues.astype(np.uint32)

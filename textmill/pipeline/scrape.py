@@ -4,7 +4,7 @@ newspaper3k, and keep per-URL metadata.
 Fetching is asyncio + aiohttp with a hard wall-clock deadline per URL (DNS, connect, redirects and the
 whole body included, not just a socket timeout), a size cap counted on the decompressed body, bounded
 redirects followed by hand so every hop is checked, and http/https only. Private, loopback and link-local
-addresses are refused unless `allow_private` is set (tests and the demo serve from 127.0.0.1) or the address
+addresses are refused unless `allow_private_addresses` is set (tests and the demo serve from 127.0.0.1) or the address
 is in one of `allow_networks` (a local mirror, say). The address checked is the one connected to: each hop's
 URL is parsed once by yarl, the parser aiohttp itself uses, whose IDNA step turns full-width or circled
 digits and ideographic full stops into ASCII (`１２７。０.０.①` is 127.0.0.1); an IP literal is checked on that
@@ -25,7 +25,7 @@ import ipaddress
 import json
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -36,44 +36,13 @@ import pyarrow as pa
 from tqdm import tqdm
 from yarl import URL
 
-from textmill.errors import TextmillError
+from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, sidecar_path
-from textmill.settings import check_ranges, ranged
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary())])
-
-
-@dataclass(frozen=True)
-class ScrapeConfig:
-    concurrency: int = ranged(32, least=1)  # URLs fetched at once
-    timeout_s: float = ranged(30.0, above=0)  # hard wall-clock limit per URL's fetch, everything included
-    extract_timeout_s: float = ranged(10.0, above=0)  # hard limit on newspaper3k's time per page (in an extraction process)
-    max_bytes: int = ranged(5 * 1024 * 1024, least=1)  # largest body accepted (after decompression)
-    max_redirects: int = ranged(5, least=0)
-    allow_private: bool = False  # fetch from private/loopback/link-local addresses
-    allow_networks: tuple[str, ...] = ()  # non-public networks (CIDR) fetched all the same, e.g. a mirror
-    keep_html: bool = False  # write NAME.html.parquet so text can be re-extracted without re-fetching
-    user_agent: str = "textmill/0.1 (corpus builder)"
-
-    def __post_init__(self):
-        check_ranges(self)
-        for network in self.allow_networks:
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise TextmillError(f"allow_networks: {network!r} is not an address or network (CIDR)") from None
-
-    def params(self) -> dict:
-        return asdict(self)
-
-    def address_allowed(self, address: str) -> bool:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if self.allow_private or ip.is_global:
-            return True
-        return any(ip in ipaddress.ip_network(n, strict=False) for n in self.allow_networks)
 
 
 class BlockedAddress(OSError):
@@ -308,10 +277,10 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
     return manifest
 
 
-def scrape_shards(shards: list[Path], output_dir: Path, cfg: ScrapeConfig, extract_workers: int = 2) -> list[dict]:
-    """Scrape every URL shard into `output_dir/NAME.parquet`, newspaper3k running in `extract_workers`
+def scrape_shards(shards: list[Path], output_dir: Path, cfg: ScrapeConfig) -> list[dict]:
+    """Scrape every URL shard into `output_dir/NAME.parquet`, newspaper3k running in `cfg.extract_workers`
     processes (0: threads of this process, with no deadline on extraction)."""
-    pool = ExtractorPool(extract_workers, cfg.extract_timeout_s) if extract_workers > 0 else None
+    pool = ExtractorPool(cfg.extract_workers, cfg.extract_timeout_s) if cfg.extract_workers > 0 else None
     try:
         return [scrape_shard(s, output_dir / f"{s.stem}.parquet", cfg, pool) for s in shards]
     finally:

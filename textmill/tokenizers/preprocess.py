@@ -26,18 +26,12 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
-from textmill.tokenizers.gpt2 import GPT2Tokenizer
 from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
+from textmill.tokenizers.config import TokenizeConfig
+from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
 _BATCH_BYTES = 1 << 20  # text handed to a worker at once: large enough to amortise, small enough to stream
 _PARQUET_ROWS = 512
-
-
-@dataclass(frozen=True)
-class TokenizeConfig:
-    json_keys: tuple[str, ...] = ("text",)
-    append_eod: bool = False
-    workers: int = 2
 
 
 @dataclass
@@ -154,8 +148,6 @@ def tokenize_files(
     key; returns the manifest. Nothing is left under the final names unless the whole run succeeded."""
     if not inputs:
         raise TextmillError("no input files to tokenize")
-    if cfg.workers < 1:
-        raise TextmillError("--workers must be at least 1")
     started = time.perf_counter()
     manifest_file(output_prefix).unlink(missing_ok=True)  # until this run finishes, nothing here is complete
     keys = cfg.json_keys

@@ -185,7 +185,7 @@ class Checkpoint:
         from textmill.trainer.config import GPTConfig
 
         try:
-            return GPTConfig(**self.meta["model_config"])
+            return GPTConfig.from_dict(self.meta["model_config"])
         except TypeError as exc:
             raise TextmillError(f"{self.path}: its model_config is not one textmill knows ({exc})") from None
 

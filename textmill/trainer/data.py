@@ -186,21 +186,21 @@ class DataConfig:
     vocab_size: int | None = None  # unpadded; tokens must be below it
 
 
-def open_datasets(cfg: DataConfig) -> list[IndexedDataset]:
-    datasets = [IndexedDataset(p) for p in cfg.prefixes]
-    if cfg.vocab_size is not None:
+def open_datasets(data_config: DataConfig) -> list[IndexedDataset]:
+    datasets = [IndexedDataset(p) for p in data_config.prefixes]
+    if data_config.vocab_size is not None:
         for ds in datasets:
             top = int(ds._bin.view(ds.dtype).max()) if len(ds) else 0
-            if top >= cfg.vocab_size:
-                raise TextmillError(f"{ds.prefix}: token id {top} does not fit the {cfg.vocab_size}-token vocabulary; "
+            if top >= data_config.vocab_size:
+                raise TextmillError(f"{ds.prefix}: token id {top} does not fit the {data_config.vocab_size}-token vocabulary; "
                                     "was it tokenized with another vocabulary?")
     return datasets
 
 
-def build_splits(cfg: DataConfig, num_samples: list[int], cache: bool = True) -> list[GPTDataset | BlendedDataset | None]:
+def build_splits(data_config: DataConfig, num_samples: list[int], cache: bool = True) -> list[GPTDataset | BlendedDataset | None]:
     """train/valid/test datasets holding at least num_samples[i] samples each (None when a split is empty)."""
-    datasets = open_datasets(cfg)
-    ranges = [split_ranges(len(ds), cfg.split) for ds in datasets]
+    datasets = open_datasets(data_config)
+    ranges = [split_ranges(len(ds), data_config.split) for ds in datasets]
     out = []
     for s, name in enumerate(SPLITS):
         if num_samples[s] <= 0 or any(r[s] is None for r in ranges):
@@ -208,11 +208,11 @@ def build_splits(cfg: DataConfig, num_samples: list[int], cache: bool = True) ->
             continue
         cache_dirs = [Path(ds.prefix).parent / "index-cache" if cache else None for ds in datasets]
         if len(datasets) == 1:
-            out.append(GPTDataset(datasets[0], name, ranges[0][s], cfg.seq_len, num_samples[s], cfg.seed, cfg.split, cache_dirs[0]))
+            out.append(GPTDataset(datasets[0], name, ranges[0][s], data_config.seq_len, num_samples[s], data_config.seed, data_config.split, cache_dirs[0]))
             continue
-        weights = cfg.weights or normalize([int(ds.lengths[r[s]].sum(dtype=np.int64)) for ds, r in zip(datasets, ranges)])
+        weights = data_config.weights or normalize([int(ds.lengths[r[s]].sum(dtype=np.int64)) for ds, r in zip(datasets, ranges)])
         sizes = samples_per_dataset(weights, num_samples[s])
-        parts = [GPTDataset(ds, name, r[s], cfg.seq_len, n, cfg.seed, cfg.split, c)
+        parts = [GPTDataset(ds, name, r[s], data_config.seq_len, n, data_config.seed, data_config.split, c)
                  for ds, r, n, c in zip(datasets, ranges, sizes, cache_dirs)]
         out.append(BlendedDataset(parts, weights, num_samples[s]))
     return out

@@ -22,16 +22,16 @@ from torch.utils.checkpoint import checkpoint
 from textmill.trainer.config import GPTConfig
 
 
-def make_norm(cfg: GPTConfig) -> nn.Module:
-    if cfg.normalization == "rmsnorm":
-        return nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_epsilon)
-    return nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_epsilon, bias=cfg.bias)
+def make_norm(config: GPTConfig) -> nn.Module:
+    if config.normalization == "rmsnorm":
+        return nn.RMSNorm(config.hidden_size, eps=config.norm_epsilon)
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_epsilon, bias=config.bias)
 
 
-def rope_tables(cfg: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(config: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position x frequency, [positions, head_dim / 2], in fp32."""
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=device, dtype=torch.float32) / cfg.head_dim))
-    angles = torch.outer(torch.arange(cfg.max_position_embeddings, device=device, dtype=torch.float32), inv_freq)
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device, dtype=torch.float32) / config.head_dim))
+    angles = torch.outer(torch.arange(config.max_position_embeddings, device=device, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
 
@@ -44,11 +44,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.cfg = cfg
-        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)
-        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.config = config
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
 
@@ -58,7 +58,7 @@ class Attention(nn.Module):
         # [B, T, heads_here, 3, head_dim]: heads_here is all heads, or this rank's share under tensor
         # parallelism; T is the whole sequence even when x was a sequence-parallel shard.
         B, T = qkv.shape[:2]
-        qkv = qkv.view(B, T, -1, 3, self.cfg.head_dim)
+        qkv = qkv.view(B, T, -1, 3, self.config.head_dim)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
         start = cache.length if cache is not None else 0  # position of x's first token
         if rope is not None:
@@ -75,7 +75,7 @@ class Attention(nn.Module):
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention of queries at the last q.shape[2] of k.shape[2] positions (all of them, except
         when a key/value cache holds the earlier ones)."""
-        dropout = self.cfg.attention_dropout if self.training else 0.0
+        dropout = self.config.attention_dropout if self.training else 0.0
         T, S = q.shape[2], k.shape[2]
         if T == S:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
@@ -115,27 +115,27 @@ class MLP(nn.Module):
     """fc2(act(fc1(x))); SwiGLU: fc2(silu(gate(x)) * fc1(x)). The gate is its own matrix rather than half
     of a fused one, so a column split for tensor parallelism gives each rank matching gate and up halves."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.cfg = cfg
-        self.fc1 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.bias)
-        self.gate = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.bias) if cfg.activation == "swiglu" else None
-        self.fc2 = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.config = config
+        self.fc1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.bias)
+        self.gate = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.bias) if config.activation == "swiglu" else None
+        self.fc2 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
             h = F.silu(self.gate(x)) * self.fc1(x)
         else:
-            h = F.gelu(self.fc1(x), approximate="tanh" if self.cfg.activation == "gelu_tanh" else "none")
+            h = F.gelu(self.fc1(x), approximate="tanh" if self.config.activation == "gelu_tanh" else "none")
         return self.fc2(h)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.norm1, self.attn = make_norm(cfg), Attention(cfg)
-        self.norm2, self.mlp = make_norm(cfg), MLP(cfg)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.norm1, self.attn = make_norm(config), Attention(config)
+        self.norm2, self.mlp = make_norm(config), MLP(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, rope=None, cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         # cache and layer by keyword: tensor parallelism's input plans cover the positional inputs
@@ -144,18 +144,18 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) if cfg.position_embedding == "learned" else None
-        self.drop = nn.Dropout(cfg.hidden_dropout)
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.position_embedding == "learned" else None
+        self.drop = nn.Dropout(config.hidden_dropout)
         # Keyed by layer number, so a pipeline stage holding layers 6-11 still names them blocks.6...blocks.11.
-        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.num_layers)})
-        self.norm_f = make_norm(cfg)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.position_embedding == "rope":
-            cos, sin = rope_tables(cfg)
+        self.blocks = nn.ModuleDict({str(i): Block(config) for i in range(config.num_layers)})
+        self.norm_f = make_norm(config)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.position_embedding == "rope":
+            cos, sin = rope_tables(config)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.embeds = True  # False in pipeline stages after the first (see parallel/pipeline_parallel.py)
@@ -172,12 +172,12 @@ class GPT(nn.Module):
     def reset_parameters(self) -> None:
         """Megatron's init: N(0, 0.02) weights, zero biases, unit norms; the two projections that write
         into the residual stream scaled by 1/sqrt(2 * layers)."""
-        std = self.cfg.init_std
+        std = self.config.init_std
         for name, p in self.named_parameters():
             if p.ndim < 2:
                 nn.init.ones_(p) if "norm" in name else nn.init.zeros_(p)
             elif name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
-                nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.num_layers))
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.config.num_layers))
             else:
                 nn.init.normal_(p, 0.0, std)
 
@@ -193,7 +193,7 @@ class GPT(nn.Module):
         A pipeline stage holds only some of the parts: after the first stage `tokens` are the previous
         stage's hidden states, and a stage before the last returns its hidden states."""
         x = self.embed(tokens, cache.length if cache is not None else 0) if self.embeds else tokens
-        rope = (self.rope_cos, self.rope_sin) if self.cfg.position_embedding == "rope" else None
+        rope = (self.rope_cos, self.rope_sin) if self.config.position_embedding == "rope" else None
         for name, block in self.blocks.items():
             if self.recompute_blocks and self.training:
                 x = checkpoint(block, x, rope, use_reentrant=False)
@@ -210,8 +210,8 @@ class GPT(nn.Module):
 
     def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         end = start + tokens.shape[1]
-        if end > self.cfg.max_position_embeddings:
-            raise ValueError(f"sequence of {end} tokens is longer than the {self.cfg.max_position_embeddings} positions")
+        if end > self.config.max_position_embeddings:
+            raise ValueError(f"sequence of {end} tokens is longer than the {self.config.max_position_embeddings} positions")
         x = self.wte(tokens)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(start, end, device=tokens.device))
@@ -328,14 +328,14 @@ def output_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def training_flops(cfg: GPTConfig, batch: int, seq_len: int) -> float:
+def training_flops(config: GPTConfig, batch: int, seq_len: int) -> float:
     """Model FLOPs of one training step on `batch` sequences: 3 x the forward pass (backward = 2 x forward),
     no recomputation counted, matrix multiplications only (2 FLOPs per multiply-add):
         forward = L * (8 B s h^2 + 4 B s^2 h + 2 B s h f m) + 2 B s h V
     (QKV and output projections; attention scores and their weighted sum; the MLP with f = ffn size and
     m = 2 matrices, 3 for SwiGLU; the logits). For GPT-2 (f = 4h) this is Megatron's
     72 B s L h^2 (1 + s / (6h) + V / (12 L h)) (Narayanan et al. 2021, without the recomputation pass)."""
-    B, s, L, h, V, f = batch, seq_len, cfg.num_layers, cfg.hidden_size, cfg.vocab_size, cfg.ffn_hidden_size
-    m = 3 if cfg.activation == "swiglu" else 2
+    B, s, L, h, V, f = batch, seq_len, config.num_layers, config.hidden_size, config.vocab_size, config.ffn_hidden_size
+    m = 3 if config.activation == "swiglu" else 2
     forward = L * (8 * B * s * h * h + 4 * B * s * s * h + 2 * B * s * h * f * m) + 2 * B * s * h * V
     return 3.0 * forward

@@ -9,6 +9,7 @@ iteration, and a resumed run sees exactly the samples an uninterrupted one would
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -24,46 +25,16 @@ from tqdm import tqdm
 from textmill.errors import TextmillError
 from textmill.trainer.blend import parse_data_path
 from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
-from textmill.trainer.config import check_args, unpadded_vocab_size
+from textmill.trainer.config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
+from textmill.trainer.device import device_peak_tflops, pick_device
+from textmill.trainer.metrics import METRICS
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
 from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
-
-METRICS = "metrics.jsonl"  # one JSON record per logged iteration, in the --save folder
-# Dense bf16/fp16 tensor-core peaks (TFLOP/s) for MFU; other devices need --peak-tflops.
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
-
-
-def read_metrics(save: Path) -> list[dict]:
-    """The records the trainer logged into `save` (none when it logged nothing there)."""
-    path = Path(save) / METRICS
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """The device of this process: with several processes per machine, GPU number LOCAL_RANK."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise TextmillError("--device cuda, but torch sees no CUDA device")
-    if name == "cuda":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
-
-
-def device_peak_tflops(device: torch.device, given: float | None) -> float | None:
-    if given:
-        return given
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        return next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    return None
-
 
 @dataclass
 class TrainState:
@@ -73,45 +44,45 @@ class TrainState:
 
 
 class Trainer:
-    def __init__(self, args, mesh=None):
+    def __init__(self, config: TrainConfig, mesh=None):
         """`mesh`: the ("pp", "dp", "tp") mesh of the distributed session (`run` makes it); None for one process."""
-        self.args = args
+        self.config = config
         world, self.rank, local_rank = world_from_env()
-        self.device = pick_device(args.device, local_rank)
-        self.vocab_size = unpadded_vocab_size(args)
-        self.cfg, self.dims, self.seq_len = check_args(args, world, self.vocab_size)
+        self.device = pick_device(config.device, local_rank)
+        self.vocab_size = unpadded_vocab_size(config)
+        self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size)
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
         self.mesh = mesh
         self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
         self.pp_rank = self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
-        self.ckpt_format = args.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
+        self.ckpt_format = config.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
 
-        prefixes, weights = parse_data_path(args.data_path)
-        weighted = len(args.data_path) == 2 * len(prefixes)
-        gb = args.global_batch_size
-        data_cfg = DataConfig(prefixes, weights if weighted else None, args.split, self.seq_len, args.seed, self.vocab_size)
+        prefixes, weights = parse_data_path(config.data_path)
+        weighted = len(config.data_path) == 2 * len(prefixes)
+        gb = config.global_batch_size
+        data_config = DataConfig(prefixes, weights if weighted else None, config.split, self.seq_len, config.seed, self.vocab_size)
         # Rank 0 builds (and caches) the sample index first; the others then read the cache.
         for building in (True, False):
             if is_writer() == building:
-                self.train_data, self.valid_data, _ = build_splits(data_cfg, [args.train_iters * gb, args.eval_iters * gb, 0],
-                                                                   cache=not args.no_index_cache)
+                self.train_data, self.valid_data, _ = build_splits(data_config, [config.train_iters * gb, config.eval_iters * gb, 0],
+                                                                   cache=not config.no_index_cache)
             if self.dims.distributed:
                 torch.distributed.barrier()
         if self.train_data is None:
-            raise TextmillError(f"--split {args.split} leaves no training documents")
+            raise TextmillError(f"--split {config.split} leaves no training documents")
 
         self.build_model()
-        decay = args.lr_decay_iters or args.train_iters
-        warmup = int(args.lr_warmup_fraction * decay) if args.lr_warmup_fraction is not None else args.lr_warmup_iters
-        self.schedule = LRSchedule(args.lr, args.min_lr, warmup, decay, args.lr_decay_style)
-        self.dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
-        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=args.initial_loss_scale,
-                                           growth_interval=args.loss_scale_window, enabled=args.fp16)
+        decay = config.lr_decay_iters or config.train_iters
+        warmup = int(config.lr_warmup_fraction * decay) if config.lr_warmup_fraction is not None else config.lr_warmup_iters
+        self.schedule = LRSchedule(config.lr, config.min_lr, warmup, decay, config.lr_decay_style)
+        self.dtype = torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=config.initial_loss_scale,
+                                           growth_interval=config.loss_scale_window, enabled=config.fp16)
         self.state = TrainState()
-        self.peak = device_peak_tflops(self.device, args.peak_tflops)
-        if args.load:
-            self.resume(args.load)
+        self.peak = device_peak_tflops(self.device, config.peak_tflops)
+        if config.load:
+            self.resume(config.load)
 
     def build_model(self) -> None:
         """The model, cut into this rank's pipeline stages (one without pipeline parallelism), each split over
@@ -119,11 +90,11 @@ class Trainer:
 
         self.chunks: (stage index, the stage's GPT); self.models: what runs each stage (maybe wrapped);
         self.optimizers: one per stage; self.schedule_pp: the pipeline schedule, or None."""
-        args, dims = self.args, self.dims
-        torch.manual_seed(args.seed)  # every rank builds the same whole model, then keeps its part
-        model = GPT(self.cfg)
+        config, dims = self.config, self.dims
+        torch.manual_seed(config.seed)  # every rank builds the same whole model, then keeps its part
+        model = GPT(self.model_config)
         self.num_parameters = model.num_parameters()
-        model.set_recompute(args.recompute_granularity)
+        model.set_recompute(config.recompute)
         if dims.pp > 1:
             self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)
         else:
@@ -132,28 +103,28 @@ class Trainer:
         for _, chunk in self.chunks:
             chunk.to(self.device)
             if dims.tp > 1:
-                apply_tensor_parallel(chunk, self.mesh["tp"], args.sequence_parallel)
+                apply_tensor_parallel(chunk, self.mesh["tp"], config.sequence_parallel)
             if dims.dp > 1:
                 # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
                 # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
-                sharded = args.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
-                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, args.overlap_grad_reduce)
+                sharded = config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
+                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, config.overlap_grad_reduce)
             else:
                 chunk_model = chunk
             self.models.append(chunk_model)
-        self.optimizers = [make_optimizer(list(chunk.parameters()), args.lr, args.weight_decay,
-                                          (args.adam_beta1, args.adam_beta2), args.adam_eps) for _, chunk in self.chunks]
+        self.optimizers = [make_optimizer(list(chunk.parameters()), config.lr, config.weight_decay,
+                                          (config.adam_beta1, config.adam_beta2), config.adam_eps) for _, chunk in self.chunks]
         self.schedule_pp = None
         self.tied_group = None
         if dims.pp > 1:
             self.schedule_pp = build_schedule(self.chunks, self.models, dims.pp * dims.virtual, self.mesh["pp"], self.device,
-                                              self.micro_batches_per_step(), args.micro_batch_size, self.seq_len,
-                                              dims.tp if args.sequence_parallel else 1)
-            if self.cfg.tie_embeddings:
+                                              self.micro_batches_per_step(), config.micro_batch_size, self.seq_len,
+                                              dims.tp if config.sequence_parallel else 1)
+            if self.model_config.tie_embeddings:
                 self.tied_group = embedding_group(self.mesh)
 
     def micro_batches_per_step(self) -> int:
-        return self.args.global_batch_size // (self.args.micro_batch_size * self.dims.dp)
+        return self.config.global_batch_size // (self.config.micro_batch_size * self.dims.dp)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def rng_state(self) -> dict:
@@ -165,7 +136,7 @@ class Trainer:
     def save(self) -> Path:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        root = self.args.save
+        root = self.config.save
         model_state, optim_state = {}, {}
         for model, optimizer in zip(self.models, self.optimizers):  # one per pipeline stage on this rank
             m, o = get_state_dict(model, optimizer)
@@ -173,20 +144,20 @@ class Trainer:
             optim_state.update(o["state"])
         tensors = {"model": model_state, "optimizer_state": optim_state, "rng": {f"rank{self.rank}": self.rng_state()}}
         meta = {
-            "model_config": self.cfg.to_dict(),
+            "model_config": self.model_config.to_dict(),
             "grad_scaler": self.scaler.state_dict(),
             "skipped_iterations": self.state.skipped,
-            "consumed_samples": self.state.iteration * self.args.global_batch_size,
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items() if k not in ("func", "argv")},
+            "consumed_samples": self.state.iteration * self.config.global_batch_size,
+            "args": self.config.to_dict(),
             "seq_length": self.seq_len,
             "vocab_size": self.vocab_size,
             "parallel": self.dims.to_dict(),
         }
         path = save_checkpoint(root, self.state.iteration, meta, tensors, self.ckpt_format)
-        if is_writer() and self.args.vocab_file and self.args.merge_file and not (root / "tokenizer" / "merges.txt").exists():
+        if is_writer() and self.config.vocab_file and self.config.merge_file and not (root / "tokenizer" / "merges.txt").exists():
             (root / "tokenizer").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.args.vocab_file, root / "tokenizer" / "vocab.json")
-            shutil.copyfile(self.args.merge_file, root / "tokenizer" / "merges.txt")
+            shutil.copyfile(self.config.vocab_file, root / "tokenizer" / "vocab.json")
+            shutil.copyfile(self.config.merge_file, root / "tokenizer" / "merges.txt")
         return path
 
     def resume(self, root: Path) -> None:
@@ -197,13 +168,13 @@ class Trainer:
         if ckpt is None:
             self.say(f"textmill train: no checkpoint in {root}; starting from scratch")
             return
-        saved, wanted = ckpt.model_config().architecture(), self.cfg.architecture()
+        saved, wanted = ckpt.model_config().architecture(), self.model_config.architecture()
         if saved != wanted:
             diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
             raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
         # A single file holds whole tensors; the sharded format is read straight into this layout.
         options = StateDictOptions(full_state_dict=ckpt.format == "torch")
-        weights_only = ckpt.release or self.args.finetune or self.args.no_load_optim
+        weights_only = ckpt.release or self.config.finetune or self.config.no_load_optim
         if not weights_only and not any(k.startswith("optimizer_state.") for k in ckpt.stored_keys()):
             self.say(f"textmill train: {ckpt.path} holds weights only (converted); starting a fresh optimizer")
             weights_only = True
@@ -218,11 +189,11 @@ class Trainer:
                            optim_state_dict={"state": loaded["optimizer_state"], "param_groups": optim_state["param_groups"]})
         if not weights_only:
             self.scaler.load_state_dict(ckpt.meta["grad_scaler"])
-        if ckpt.release or self.args.finetune:
+        if ckpt.release or self.config.finetune:
             return
         self.state.iteration = int(ckpt.meta["iteration"])
         self.state.skipped = int(ckpt.meta.get("skipped_iterations", 0))
-        if not self.args.no_load_rng:
+        if not self.config.no_load_rng:
             key = f"rng.rank{self.rank}.torch"
             if ckpt.meta.get("parallel", {}).get("world", 1) == self.dims.world and key in ckpt.stored_keys():
                 rng = ckpt.load_into({"rng": {f"rank{self.rank}": self.rng_state()}})["rng"][f"rank{self.rank}"]
@@ -251,7 +222,7 @@ class Trainer:
         """(tokens, labels) of this rank's micro-batches among samples [first, first + count): each
         round of micro_batch x DP samples is dealt out to the data-parallel ranks in order, as Megatron's
         sampler does, so the global batch is the same whatever the layout."""
-        micro, dp = self.args.micro_batch_size, self.dims.dp
+        micro, dp = self.config.micro_batch_size, self.dims.dp
         for start in range(first, first + count, micro * dp):
             yield self.batch(dataset, start + self.dp_rank * micro, micro)
 
@@ -261,16 +232,16 @@ class Trainer:
         return value.item()
 
     def train_step(self) -> dict:
-        args, it = self.args, self.state.iteration
+        config, it = self.config, self.state.iteration
         for model in self.models:
             model.train()
-        first = it * args.global_batch_size
+        first = it * config.global_batch_size
         if self.schedule_pp is not None:
             loss = self.pipeline_pass(self.train_data, first, train=True)
         else:
             steps = self.micro_batches_per_step()
             total = torch.zeros((), device=self.device)
-            for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, first, args.global_batch_size)):
+            for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, first, config.global_batch_size)):
                 with gradient_sync(self.models[0], m == steps - 1), self.autocast():
                     loss = self.models[0](tokens, labels) / steps
                     self.scaler.scale(loss).backward()
@@ -286,18 +257,18 @@ class Trainer:
                 group["lr"] = lr
             self.scaler.step(optimizer)  # skipped by the scaler when fp16 gradients hold inf/NaN
         self.scaler.update()
-        skipped = args.fp16 and self.scaler.get_scale() < scale
+        skipped = config.fp16 and self.scaler.get_scale() < scale
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
         self.state.iteration += 1
         self.state.skipped += int(skipped)
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": bool(skipped),
-                "loss_scale": scale if args.fp16 else None}
+                "loss_scale": scale if config.fp16 else None}
 
     def pipeline_pass(self, dataset, first: int, train: bool) -> float:
         """One global batch through the pipeline schedule: this rank's micro-batches go in together and the
         schedule runs them (1F1B); the loss comes out of the last stage and is shared with the others."""
-        pairs = list(self.micro_batches(dataset, first, self.args.global_batch_size))
+        pairs = list(self.micro_batches(dataset, first, self.config.global_batch_size))
         tokens, labels = torch.cat([t for t, _ in pairs]), torch.cat([y for _, y in pairs])
         losses: list[torch.Tensor] = []
         inputs = (tokens,) if self.pp_rank == 0 else ()
@@ -332,9 +303,9 @@ class Trainer:
         if self.dims.pp > 1:
             torch.distributed.all_reduce(squares, group=self.mesh["pp"].get_group())
         norm = squares.sqrt()
-        if self.args.clip_grad > 0:
+        if self.config.clip_grad > 0:
             for params in every.values():
-                torch.nn.utils.clip_grads_with_norm_(params, self.args.clip_grad, norm, foreach=True)
+                torch.nn.utils.clip_grads_with_norm_(params, self.config.clip_grad, norm, foreach=True)
         return norm.item()
 
     @torch.no_grad()
@@ -345,11 +316,11 @@ class Trainer:
             return None
         for model in self.models:
             model.eval()
-        gb = self.args.global_batch_size
+        gb = self.config.global_batch_size
         if self.schedule_pp is not None:
-            return float(np.mean([self.pipeline_pass(self.valid_data, i * gb, train=False) for i in range(self.args.eval_iters)]))
+            return float(np.mean([self.pipeline_pass(self.valid_data, i * gb, train=False) for i in range(self.config.eval_iters)]))
         total, count = torch.zeros((), device=self.device), 0
-        for tokens, labels in self.micro_batches(self.valid_data, 0, self.args.eval_iters * gb):
+        for tokens, labels in self.micro_batches(self.valid_data, 0, self.config.eval_iters * gb):
             with self.autocast():
                 total += self.models[0](tokens, labels).float()
             count += 1
@@ -357,37 +328,37 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------------
     def train(self) -> dict:
-        args = self.args
-        writer, main = None, is_writer()  # rank 0 prints, logs and writes metrics
-        if args.tensorboard_dir and main:
+        config = self.config
+        tensorboard, rank0 = None, is_writer()  # rank 0 prints, logs and writes metrics
+        if config.tensorboard_dir and rank0:
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(str(args.tensorboard_dir))
-        if args.save and main:
-            args.save.mkdir(parents=True, exist_ok=True)
-        metrics = open(args.save / METRICS, "a") if args.save and main else None
-        tokens_per_iter = args.global_batch_size * self.seq_len
-        flops_per_iter = training_flops(self.cfg, args.global_batch_size, self.seq_len)
-        layout = f" x {self.dims.world} processes ({self.dims.describe(args)})" if self.dims.distributed else ""
-        self.say(f"textmill train: {self.num_parameters:,} parameters, {self.cfg.num_layers} layers, "
-                 f"hidden {self.cfg.hidden_size}, vocab {self.vocab_size} padded to {self.cfg.vocab_size}, "
+            tensorboard = SummaryWriter(str(config.tensorboard_dir))
+        if config.save and rank0:
+            config.save.mkdir(parents=True, exist_ok=True)
+        metrics = open(config.save / METRICS, "a") if config.save and rank0 else None
+        tokens_per_iter = config.global_batch_size * self.seq_len
+        flops_per_iter = training_flops(self.model_config, config.global_batch_size, self.seq_len)
+        layout = f" x {self.dims.world} processes ({self.dims.describe(config)})" if self.dims.distributed else ""
+        self.say(f"textmill train: {self.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
+                 f"hidden {self.model_config.hidden_size}, vocab {self.vocab_size} padded to {self.model_config.vocab_size}, "
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
-        bar = tqdm(total=args.train_iters, initial=self.state.iteration, unit="it", desc="train",
-                   disable=None if main else True, leave=False)
+        bar = tqdm(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train",
+                   disable=None if rank0 else True, leave=False)
         window, window_start, last_valid = [], time.perf_counter(), None
         saved_at = None
         try:
-            while self.state.iteration < args.train_iters:
+            while self.state.iteration < config.train_iters:
                 step = self.train_step()
                 window.append(step)
                 it = self.state.iteration
                 bar.update(1)
-                if step["skipped"] and main:
+                if step["skipped"] and rank0:
                     print(f" iteration {it}: fp16 gradients overflowed; step skipped, loss scale now "
                           f"{self.scaler.get_scale():.0f}", flush=True)
                 record = None
-                if it % args.log_interval == 0 or it == args.train_iters:
+                if it % config.log_interval == 0 or it == config.train_iters:
                     seconds = (time.perf_counter() - window_start) / len(window)
                     loss = float(np.mean([s["loss"] for s in window]))
                     tflops = flops_per_iter / seconds / 1e12
@@ -398,29 +369,29 @@ class Trainer:
                     if step["loss_scale"] is not None:
                         record["loss_scale"] = step["loss_scale"]
                     window, window_start = [], time.perf_counter()
-                if it % args.eval_interval == 0 or it == args.train_iters:
+                if it % config.eval_interval == 0 or it == config.train_iters:
                     last_valid = self.evaluate()
                     record = {**(record or {"iteration": it}), "valid_loss": last_valid}
                     window_start = time.perf_counter()  # evaluation time is not training time
-                if record and main:
+                if record and rank0:
                     self.log(record, bar)
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
-                    if writer:
+                    if tensorboard:
                         for k, v in record.items():
                             if k != "iteration" and v is not None:
-                                writer.add_scalar(f"train/{k}" if k != "valid_loss" else "valid/lm_loss", v, it)
-                stop = bool(args.exit_interval) and it % args.exit_interval == 0
-                if args.save and ((args.save_interval and it % args.save_interval == 0) or it == args.train_iters or stop):
+                                tensorboard.add_scalar(f"train/{k}" if k != "valid_loss" else "valid/lm_loss", v, it)
+                stop = bool(config.exit_interval) and it % config.exit_interval == 0
+                if config.save and ((config.save_interval and it % config.save_interval == 0) or it == config.train_iters or stop):
                     self.save()
                     saved_at = it
                 if stop:
                     break
         finally:
             bar.close()
-            if writer:
-                writer.close()
+            if tensorboard:
+                tensorboard.close()
             if metrics:
                 metrics.close()
         return {"iterations": self.state.iteration, "valid_loss": last_valid, "skipped_iterations": self.state.skipped,
@@ -428,7 +399,7 @@ class Trainer:
 
     def log(self, r: dict, bar) -> None:
         self.state.log.append(r)
-        parts = [f"iteration {r['iteration']:>8}/{self.args.train_iters}"]
+        parts = [f"iteration {r['iteration']:>8}/{self.config.train_iters}"]
         if "lm_loss" in r:
             parts += [f"lm loss {r['lm_loss']:.4E}", f"lr {r['lr']:.3E}", f"grad norm {r['grad_norm']:.3f}",
                       f"{r['tokens_per_s']:,.0f} tokens/s", f"{r['ms_per_iter']:.1f} ms/it",
@@ -442,38 +413,32 @@ class Trainer:
 
 
 @contextlib.contextmanager
-def training_session(args) -> Iterator[Trainer]:
+def training_session(config: TrainConfig) -> Iterator[Trainer]:
     """A Trainer inside the distributed session its layout needs (one process: none)."""
     world, _, local_rank = world_from_env()
-    dims = check_args(args, world, unpadded_vocab_size(args))[1]
-    with distributed_session(dims, pick_device(args.device, local_rank), args.distributed_timeout_minutes) as mesh:
-        yield Trainer(args, mesh)
+    dims = check_config(config, world, unpadded_vocab_size(config))[1]
+    with distributed_session(dims, pick_device(config.device, local_rank), config.distributed_timeout_minutes) as mesh:
+        yield Trainer(config, mesh)
 
 
-def launch(args) -> str:
-    """`textmill train --nproc-per-node N ...`: the same command under torchrun on this machine."""
-    n = args.nproc_per_node
-    check_args(args, n, unpadded_vocab_size(args))
-    argv, skip = [], False
-    for a in args.argv:
-        if skip or a == "--nproc-per-node" or a.startswith("--nproc-per-node="):
-            skip = a == "--nproc-per-node"
-            continue
-        argv.append(a)
-    torchrun(n, ["-m", "textmill.cli", "train", *argv])
+def launch(config: TrainConfig) -> str:
+    """`textmill train --nproc-per-node N ...`: the same settings under torchrun on this machine."""
+    n = config.nproc_per_node
+    check_config(config, n, unpadded_vocab_size(config))
+    torchrun(n, ["-m", "textmill.cli", "train", *dataclasses.replace(config, nproc_per_node=1).to_argv()])
     return ""  # rank 0 has printed the summary
 
 
-def run(args) -> str:
-    if args.nproc_per_node and args.nproc_per_node > 1 and world_from_env()[0] == 1:
-        return launch(args)  # one process needs no torchrun: it runs here
+def run(config: TrainConfig) -> str:
+    if config.nproc_per_node > 1 and world_from_env()[0] == 1:
+        return launch(config)  # one process needs no torchrun: it runs here
     started = time.perf_counter()
-    with training_session(args) as trainer:
+    with training_session(config) as trainer:
         result = trainer.train()
-        main = is_writer()
-    if not main:
+        writer = is_writer()
+    if not writer:
         return ""
-    where = f"; checkpoint {args.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
+    where = f"; checkpoint {config.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
     valid = f", validation loss {result['valid_loss']:.4f}" if result["valid_loss"] is not None else ""
     return (f"train: {result['iterations']} iterations{valid}, {result['skipped_iterations']} skipped"
             f"{where} [{time.perf_counter() - started:.1f}s]")

@@ -244,12 +244,12 @@ def corpus_record(config: str) -> dict:
     from textmill.report import corpus_histograms, stage_summary
     from textmill.workflows import tasks as t
 
-    cfg = t.run_config(config)
-    n = t.num_url_files(cfg)
+    settings = t.run_config(config)
+    n = t.num_url_files(settings)
     stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
               (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
     stages.append(("shuffle", [t.Shuffle(config)]))
-    if cfg.decontaminate.eval_files:
+    if settings.decontaminate.eval_files:
         stages.append(("decontaminate", [t.Decontaminate(config)]))
     part: dict = {"funnel": []}
     for name, tasks in stages:
@@ -265,12 +265,12 @@ def corpus_record(config: str) -> dict:
             timed += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
             part["dedup"] = read(clusters.done_file())
         if name == "decontaminate":
-            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": cfg.decontaminate.key_threshold}
+            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold}
         part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed)))
     merged = t.MergeDataset(config)
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
-        part["corpus"]["histograms"] = earlier_histograms(cfg.run.work_dir, part["corpus"]["dataset"]) or \
+        part["corpus"]["histograms"] = earlier_histograms(settings.run.work_dir, part["corpus"]["dataset"]) or \
             corpus_histograms([str(p) for p in t.corpus_task(config).shards()], part["corpus"]["dataset"])
     return part
 
@@ -292,22 +292,22 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
     from textmill.workflows import tasks as t
 
     config = str(config)
-    cfg = t.run_config(config)
+    settings = t.run_config(config)
     record = {"run": name, "config": config, "started": started_at, "seconds": round(seconds, 1),
               "status": "done" if ok else "failed"}
     if not ok:
         record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
     record.update(corpus_record(config))
     train = t.TrainGPT(config)
-    if cfg.train.enabled and train.complete():
+    if settings.train.enabled and train.complete():
         record["train"] = {k: v for k, v in read(train.done_file()).items()
                            if k in ("iterations", "lm_loss", "valid_loss", "checkpoints", "started_from", "seconds")}
         evaluate, export = t.EvaluateLambada(config), t.ExportHF(config)
-        if cfg.evaluate.lambada and evaluate.complete():
+        if settings.evaluate.lambada and evaluate.complete():
             record["evaluate"] = [{"name": Path(r["valid_data"]).stem, "file": r["valid_data"], "accuracy": r["accuracy"],
                                    "correct": r["correct"], "total": r["total"], "perplexity": r["perplexity"]}
                                   for r in read(evaluate.done_file())["results"]]
-        if cfg.export.hf and export.complete():
+        if settings.export.hf and export.complete():
             record["export"] = {k: v for k, v in read(export.done_file()).items() if k in ("family", "output")}
     seconds_per_stage: dict[str, float] = {}
     for task in graph(config):
@@ -322,8 +322,8 @@ def record_run(config: Path, record: dict) -> Path:
     """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
     from textmill.report import read_runs, write_report, write_results
 
-    cfg = run_config(str(config))
-    runs = cfg.run.work_dir / RUNS
+    settings = run_config(str(config))
+    runs = settings.run.work_dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
     folder, k = runs / record["run"], 1
     while True:  # several workers on one central scheduler may start in the same second
@@ -336,9 +336,9 @@ def record_run(config: Path, record: dict) -> Path:
     record["run"] = folder.name
     write_json(record, folder / "run.json")
     records = read_runs(runs)
-    history = [r for r in records if r["run"] <= record["run"]][-cfg.run.results_runs:]
+    history = [r for r in records if r["run"] <= record["run"]][-settings.run.results_runs:]
     write_report(record, history, folder / "report.html")
-    with atomic_path(cfg.run.work_dir / "report.html") as tmp:
+    with atomic_path(settings.run.work_dir / "report.html") as tmp:
         shutil.copyfile(folder / "report.html", tmp)
-    write_results(cfg.run.work_dir, records, cfg.run.results_runs)
+    write_results(settings.run.work_dir, records, settings.run.results_runs)
     return folder

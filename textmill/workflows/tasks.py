@@ -16,6 +16,7 @@ at the end leaves every earlier shard, its scrape and its MinHash signatures as 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -53,15 +54,15 @@ def key_of(*parts) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def url_stamps(cfg: RunConfig) -> tuple:
+def url_stamps(settings: RunConfig) -> tuple:
     """The modification times of the [run] urls entries: a file added to a folder changes the folder's."""
-    return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in cfg.run.urls)
+    return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in settings.run.urls)
 
 
-def url_files(cfg: RunConfig) -> tuple[Path, ...]:
+def url_files(settings: RunConfig) -> tuple[Path, ...]:
     """The URL list files in shard order, listed again only when an entry of [run] urls changes (every
     task asks, so listing each time made the graph quadratic in the number of files)."""
-    return listed_url_files(cfg.run.urls, url_stamps(cfg))
+    return listed_url_files(settings.run.urls, url_stamps(settings))
 
 
 @functools.lru_cache(maxsize=8)
@@ -80,17 +81,17 @@ class RunTask(luigi.Task):
     retry_count = 2
 
     @property
-    def cfg(self) -> RunConfig:
+    def settings(self) -> RunConfig:
         return run_config(self.config)
 
     @property
     def work(self) -> Path:
-        return self.cfg.run.work_dir
+        return self.settings.run.work_dir
 
     def key(self) -> str:
         """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
         scrape key), so each is computed once per configuration and list of URL files."""
-        memo = (self.task_id, self.cfg, url_stamps(self.cfg))
+        memo = (self.task_id, self.settings, url_stamps(self.settings))
         if memo not in KEYS:
             KEYS[memo] = self.own_key()
         return KEYS[memo]
@@ -125,7 +126,7 @@ class ShardTask(RunTask):
     def name(self) -> str:
         from textmill.pipeline.blacklist import url_list_shard_name
 
-        return url_list_shard_name(url_files(self.cfg)[self.shard])
+        return url_list_shard_name(url_files(self.settings)[self.shard])
 
     def shard_file(self) -> Path:
         return self.folder() / f"{self.name()}.parquet"
@@ -134,24 +135,24 @@ class ShardTask(RunTask):
         return manifest_path(self.shard_file())
 
 
-def num_url_files(cfg: RunConfig) -> int:
-    return len(url_files(cfg))
+def num_url_files(settings: RunConfig) -> int:
+    return len(url_files(settings))
 
 
 # -- corpus stages ---------------------------------------------------------------------------------------
-def url_rules(cfg: RunConfig):
+def url_rules(settings: RunConfig):
     from textmill.pipeline.blacklist import UrlRules
 
-    return UrlRules.with_extra(cfg.blacklist.domain_blacklist, cfg.blacklist.extension_blacklist)
+    return UrlRules.with_extra(settings.blacklist)
 
 
 @functools.lru_cache(maxsize=8)
-def blacklist_keys(cfg: RunConfig, stamps: tuple) -> tuple[str, ...]:
+def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
     """The key of every blacklist shard: a chain over the URL files, since a shard's output depends on
     every file before it (computed in one pass; a task asking for its predecessor's key would recurse as
     deep as there are files)."""
-    keys, previous, params = [], None, url_rules(cfg).params()
-    for path in url_files(cfg):
+    keys, previous, params = [], None, url_rules(settings).params()
+    for path in url_files(settings):
         f = file_fingerprint(path)
         previous = key_of("blacklist", previous, path.name, f["sha256"], params)
         keys.append(previous)
@@ -162,10 +163,10 @@ class BlacklistShard(ShardTask):
     stage = "1-blacklist"
 
     def rules(self):
-        return url_rules(self.cfg)
+        return url_rules(self.settings)
 
     def own_key(self) -> str:
-        return blacklist_keys(self.cfg, url_stamps(self.cfg))[self.shard]
+        return blacklist_keys(self.settings, url_stamps(self.settings))[self.shard]
 
     def requires(self):
         return [BlacklistShard(self.config, self.shard - 1)] if self.shard > 0 else []
@@ -179,7 +180,7 @@ class BlacklistShard(ShardTask):
         if seen is None:  # not the shard this process did last: read what every earlier shard kept
             seen = {row["id"] for i in range(self.shard)
                     for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
-        blacklist_file(url_files(self.cfg)[self.shard], self.shard_file(), self.rules(), seen)
+        blacklist_file(url_files(self.settings)[self.shard], self.shard_file(), self.rules(), seen)
         SEEN.clear()
         SEEN[self.key()] = seen
 
@@ -188,8 +189,7 @@ class ScrapeShard(ShardTask):
     stage = "2-scrape"
 
     def own_key(self) -> str:
-        significant = {k: v for k, v in self.cfg.scrape.stage_config().params().items() if k != "concurrency"}
-        return key_of(BlacklistShard(self.config, self.shard).key(), significant)
+        return key_of(BlacklistShard(self.config, self.shard).key(), self.settings.scrape.params())
 
     def requires(self):
         return BlacklistShard(self.config, self.shard)
@@ -197,8 +197,7 @@ class ScrapeShard(ShardTask):
     def run(self):
         from textmill.pipeline.scrape import scrape_shards
 
-        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.cfg.scrape.stage_config(),
-                      self.cfg.scrape.extract_workers)
+        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.settings.scrape)
 
 
 class SignatureShard(ShardTask):
@@ -207,7 +206,7 @@ class SignatureShard(ShardTask):
     stage = "3-minhash"
 
     def own_key(self) -> str:
-        return key_of(ScrapeShard(self.config, self.shard).key(), self.cfg.dedup.signature_params())
+        return key_of(ScrapeShard(self.config, self.shard).key(), self.settings.dedup.signature_params())
 
     def requires(self):
         return ScrapeShard(self.config, self.shard)
@@ -218,7 +217,7 @@ class SignatureShard(ShardTask):
     def run(self):
         from textmill.pipeline.dedup import signature_shard
 
-        signature_shard(ScrapeShard(self.config, self.shard).shard_file(), self.done_file(), self.cfg.dedup)
+        signature_shard(ScrapeShard(self.config, self.shard).shard_file(), self.done_file(), self.settings.dedup)
 
 
 class DedupClusters(RunTask):
@@ -227,11 +226,11 @@ class DedupClusters(RunTask):
     stage = "3-dedup"
 
     def own_key(self) -> str:
-        shards = [ScrapeShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
-        return key_of(shards, self.cfg.dedup.params())
+        shards = [ScrapeShard(self.config, i).key() for i in range(num_url_files(self.settings))]
+        return key_of(shards, self.settings.dedup.params())
 
     def requires(self):
-        return [SignatureShard(self.config, i) for i in range(num_url_files(self.cfg))]
+        return [SignatureShard(self.config, i) for i in range(num_url_files(self.settings))]
 
     def clusters_file(self) -> Path:
         return self.folder() / "clusters.json"
@@ -239,7 +238,7 @@ class DedupClusters(RunTask):
     def run(self):
         from textmill.pipeline.dedup import find_clusters
 
-        clusters = find_clusters([Path(t.path) for t in self.input()], self.cfg.dedup)
+        clusters = find_clusters([Path(t.path) for t in self.input()], self.settings.dedup)
         write_json(clusters, self.clusters_file())
         self.finish(**{k: v for k, v in clusters.items() if k != "duplicates"})
 
@@ -258,13 +257,13 @@ class DedupShard(ShardTask):
 
         duplicates = json.loads(DedupClusters(self.config).clusters_file().read_text())["duplicates"]
         scraped = ScrapeShard(self.config, self.shard).shard_file()
-        filter_shard(scraped, self.shard_file(), duplicates, self.cfg.dedup, [scraped])
+        filter_shard(scraped, self.shard_file(), duplicates, self.settings.dedup, [scraped])
 
 
-def given_tokenizer(cfg: RunConfig):
+def given_tokenizer(settings: RunConfig):
     from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
-    t = cfg.tokenize
+    t = settings.tokenize
     return GPT2Tokenizer(t.vocab_file, t.merge_file) if t.vocab_file else None
 
 
@@ -272,9 +271,9 @@ class CleanShard(ShardTask):
     stage = "4-clean"
 
     def own_key(self) -> str:
-        t = given_tokenizer(self.cfg)
+        t = given_tokenizer(self.settings)
         counted_by = [file_fingerprint(p)["sha256"] for p in t.files] if t else "approx"
-        return key_of(DedupShard(self.config, self.shard).key(), self.cfg.clean.params(), counted_by)
+        return key_of(DedupShard(self.config, self.shard).key(), self.settings.clean.params(), counted_by)
 
     def requires(self):
         return DedupShard(self.config, self.shard)
@@ -282,28 +281,28 @@ class CleanShard(ShardTask):
     def run(self):
         from textmill.pipeline.clean import clean_shard
 
-        clean_shard(DedupShard(self.config, self.shard).shard_file(), self.shard_file(), self.cfg.clean,
-                    given_tokenizer(self.cfg))
+        clean_shard(DedupShard(self.config, self.shard).shard_file(), self.shard_file(), self.settings.clean,
+                    given_tokenizer(self.settings))
 
 
 class Shuffle(RunTask):
     stage = "5-shuffle"
 
     def own_key(self) -> str:
-        shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.cfg))]
-        return key_of(shards, self.cfg.shuffle.num_shards, self.cfg.run.seed)
+        shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.settings))]
+        return key_of(shards, self.settings.shuffle.num_shards, self.settings.run.seed)
 
     def requires(self):
-        return [CleanShard(self.config, i) for i in range(num_url_files(self.cfg))]
+        return [CleanShard(self.config, i) for i in range(num_url_files(self.settings))]
 
     def shards(self) -> list[Path]:
-        return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.cfg.shuffle.num_shards)]
+        return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.settings.shuffle.num_shards)]
 
     def run(self):
         from textmill.pipeline.shuffle import shuffle_shards
 
-        inputs = [CleanShard(self.config, i).shard_file() for i in range(num_url_files(self.cfg))]
-        manifests = shuffle_shards(inputs, self.folder(), self.cfg.shuffle.num_shards, self.cfg.run.seed)
+        inputs = [CleanShard(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
+        manifests = shuffle_shards(inputs, self.folder(), self.settings.shuffle.num_shards, self.settings.run.seed)
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
 
 
@@ -311,8 +310,8 @@ class Decontaminate(RunTask):
     stage = "6-decontaminate"
 
     def own_key(self) -> str:
-        evals = [file_fingerprint(p)["sha256"] for p in self.cfg.decontaminate.eval_files]
-        return key_of(Shuffle(self.config).key(), evals, self.cfg.decontaminate.params())
+        evals = [file_fingerprint(p)["sha256"] for p in self.settings.decontaminate.eval_files]
+        return key_of(Shuffle(self.config).key(), evals, self.settings.decontaminate.params())
 
     def requires(self):
         return Shuffle(self.config)
@@ -323,8 +322,7 @@ class Decontaminate(RunTask):
     def run(self):
         from textmill.pipeline.decontaminate import decontaminate_shards
 
-        manifests, info = decontaminate_shards(Shuffle(self.config).shards(), self.folder(),
-                                               list(self.cfg.decontaminate.eval_files), self.cfg.decontaminate)
+        manifests, info = decontaminate_shards(Shuffle(self.config).shards(), self.folder(), self.settings.decontaminate)
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **info)
 
 
@@ -340,7 +338,7 @@ class TrainTokenizer(RunTask):
     stage = "7-tokenizer"
 
     def own_key(self) -> str:
-        return key_of(corpus_task(self.config).key(), self.cfg.tokenize.vocab_size)
+        return key_of(corpus_task(self.config).key(), self.settings.tokenize.vocab_size)
 
     def requires(self):
         return corpus_task(self.config)
@@ -351,21 +349,21 @@ class TrainTokenizer(RunTask):
     def run(self):
         from textmill.tokenizers.train import train_bpe_on_files
 
-        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), ("text",), self.cfg.tokenize.vocab_size,
+        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), ("text",), self.settings.tokenize.vocab_size,
                                        self.prefix())
         self.finish(vocab_size=tokenizer.vocab_size, vocab_file=str(tokenizer.files[0]), merge_file=str(tokenizer.files[1]))
 
 
-def tokenizer_files(config: str, cfg: RunConfig) -> tuple[Path, Path]:
-    if cfg.tokenize.vocab_file:
-        return cfg.tokenize.vocab_file, cfg.tokenize.merge_file
+def tokenizer_files(config: str, settings: RunConfig) -> tuple[Path, Path]:
+    if settings.tokenize.vocab_file:
+        return settings.tokenize.vocab_file, settings.tokenize.merge_file
     prefix = TrainTokenizer(config).prefix()
     return Path(f"{prefix}-vocab.json"), Path(f"{prefix}-merges.txt")
 
 
-def tokenizer_key(config: str, cfg: RunConfig) -> str:
-    if cfg.tokenize.vocab_file:
-        return key_of([file_fingerprint(p)["sha256"] for p in (cfg.tokenize.vocab_file, cfg.tokenize.merge_file)])
+def tokenizer_key(config: str, settings: RunConfig) -> str:
+    if settings.tokenize.vocab_file:
+        return key_of([file_fingerprint(p)["sha256"] for p in (settings.tokenize.vocab_file, settings.tokenize.merge_file)])
     return TrainTokenizer(config).key()
 
 
@@ -374,10 +372,10 @@ class TokenizeShard(RunTask):
     part = luigi.IntParameter(description="shard number after the shuffle")
 
     def own_key(self) -> str:
-        return key_of(corpus_task(self.config).key(), tokenizer_key(self.config, self.cfg), self.cfg.tokenize.append_eod)
+        return key_of(corpus_task(self.config).key(), tokenizer_key(self.config, self.settings), self.settings.tokenize.append_eod)
 
     def requires(self):
-        return [corpus_task(self.config)] + ([] if self.cfg.tokenize.vocab_file else [TrainTokenizer(self.config)])
+        return [corpus_task(self.config)] + ([] if self.settings.tokenize.vocab_file else [TrainTokenizer(self.config)])
 
     def prefix(self) -> Path:
         return self.folder() / f"part-{self.part:05d}"
@@ -394,11 +392,11 @@ class TokenizeShard(RunTask):
 
     def run(self):
         from textmill.tokenizers.gpt2 import GPT2Tokenizer
-        from textmill.tokenizers.preprocess import TokenizeConfig, tokenize_files
+        from textmill.tokenizers.preprocess import tokenize_files
 
-        tokenizer = GPT2Tokenizer(*tokenizer_files(self.config, self.cfg))
+        tokenizer = GPT2Tokenizer(*tokenizer_files(self.config, self.settings))
         tokenize_files([corpus_task(self.config).shards()[self.part]], self.prefix(), tokenizer,
-                       TokenizeConfig(append_eod=self.cfg.tokenize.append_eod, workers=1), progress=False)
+                       dataclasses.replace(self.settings.tokenize, workers=1), progress=False)
 
 
 class MergeDataset(RunTask):
@@ -411,7 +409,7 @@ class MergeDataset(RunTask):
         return TokenizeShard(self.config, 0).key()
 
     def requires(self):
-        return [TokenizeShard(self.config, j) for j in range(self.cfg.shuffle.num_shards)]
+        return [TokenizeShard(self.config, j) for j in range(self.settings.shuffle.num_shards)]
 
     def dataset(self) -> Path:
         return self.folder() / "corpus_text_document"
@@ -421,7 +419,7 @@ class MergeDataset(RunTask):
 
         started = time.perf_counter()
         merged = merge_datasets([t.dataset() for t in self.requires()], self.dataset())
-        vocab, merges = tokenizer_files(self.config, self.cfg)
+        vocab, merges = tokenizer_files(self.config, self.settings)
         self.finish(dataset=str(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
                     vocab_file=str(vocab), merge_file=str(merges), seconds=time.perf_counter() - started)
 
@@ -448,15 +446,15 @@ class TrainGPT(RunTask):
     stage = "10-train"
 
     def own_key(self) -> str:
-        t = self.cfg.train
         start = self.start_from()
-        return key_of(MergeDataset(self.config).key(), t.options, t.nproc_per_node, start and start["key"])
+        return key_of(MergeDataset(self.config).key(), self.settings.train_options, self.settings.nproc_per_node,
+                      start and start["key"])
 
     def start_from(self) -> dict | None:
         """The task.json of the model this one starts from, or None to start from scratch."""
-        if self.cfg.train.resume != "latest":
+        if self.settings.train.resume != "latest":
             return None
-        dataset, vocabulary = MergeDataset(self.config).key(), tokenizer_key(self.config, self.cfg)
+        dataset, vocabulary = MergeDataset(self.config).key(), tokenizer_key(self.config, self.settings)
         earlier = [json.loads(p.read_text()) for p in sorted((self.work / self.stage).glob(f"*/{TASK_FILE}"))]
         earlier = [e for e in earlier if e.get("dataset_key") != dataset and e.get("tokenizer_key") == vocabulary]
         return max(earlier, key=lambda e: e["finished"], default=None)
@@ -472,7 +470,7 @@ class TrainGPT(RunTask):
         import sys
 
         from textmill.trainer.checkpoint import TRACKER
-        from textmill.trainer.train import read_metrics
+        from textmill.trainer.metrics import read_metrics
 
         merged = json.loads(MergeDataset(self.config).done_file().read_text())
         start = self.start_from()
@@ -482,7 +480,7 @@ class TrainGPT(RunTask):
         command = [sys.executable, "-m", "textmill.cli", "train", "--data-path", merged["dataset"],
                    "--vocab-file", merged["vocab_file"], "--merge-file", merged["merge_file"],
                    "--save", str(self.checkpoints()), *load,
-                   "--nproc-per-node", str(self.cfg.train.nproc_per_node), *self.cfg.train.options]
+                   "--nproc-per-node", str(self.settings.nproc_per_node), *self.settings.train_options]
         self.folder().mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         cause = ""  # the first error line of the trainer (of any of its processes under torchrun)
@@ -505,7 +503,7 @@ class TrainGPT(RunTask):
         self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),
                     valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=str(self.checkpoints()),
                     started_from=start and start["checkpoints"], dataset_key=MergeDataset(self.config).key(),
-                    tokenizer_key=tokenizer_key(self.config, self.cfg), finished=time.time(),
+                    tokenizer_key=tokenizer_key(self.config, self.settings), finished=time.time(),
                     seconds=time.perf_counter() - started)
 
 
@@ -515,8 +513,8 @@ class EvaluateLambada(RunTask):
     stage = "11-evaluate"
 
     def own_key(self) -> str:
-        files = [file_fingerprint(p)["sha256"] for p in self.cfg.evaluate.lambada]
-        return key_of(TrainGPT(self.config).key(), files, self.cfg.evaluate.strict)
+        files = [file_fingerprint(p)["sha256"] for p in self.settings.evaluate.lambada]
+        return key_of(TrainGPT(self.config).key(), files, self.settings.evaluate.strict)
 
     def requires(self):
         return TrainGPT(self.config)
@@ -525,8 +523,8 @@ class EvaluateLambada(RunTask):
         from textmill.evaluate.lambada import evaluate_lambada
 
         results = []
-        for i, path in enumerate(self.cfg.evaluate.lambada):
-            results.append(evaluate_lambada(TrainGPT(self.config).checkpoints(), path, self.cfg.evaluate.strict,
+        for i, path in enumerate(self.settings.evaluate.lambada):
+            results.append(evaluate_lambada(TrainGPT(self.config).checkpoints(), path, self.settings.evaluate.strict,
                                             output=self.folder() / f"lambada-{i}-{path.stem}.json"))
         self.finish(results=results)
 
@@ -556,12 +554,12 @@ class EndToEnd(luigi.WrapperTask):
     config = luigi.Parameter(description="the run's TOML file")
 
     def requires(self):
-        cfg = run_config(self.config)
+        settings = run_config(self.config)
         tasks = [Corpus(self.config)]
-        if cfg.train.enabled:
+        if settings.train.enabled:
             tasks.append(TrainGPT(self.config))
-            if cfg.evaluate.lambada:
+            if settings.evaluate.lambada:
                 tasks.append(EvaluateLambada(self.config))
-            if cfg.export.hf:
+            if settings.export.hf:
                 tasks.append(ExportHF(self.config))
         return tasks

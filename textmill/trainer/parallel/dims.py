@@ -38,28 +38,28 @@ class ParallelDims:
     def to_dict(self) -> dict:
         return {"world": self.world, "dp": self.dp, "tp": self.tp, "pp": self.pp, "virtual": self.virtual}
 
-    def describe(self, args) -> str:
-        parts = [f"data parallel {self.dp}" + (", sharded optimizer" if args.use_distributed_optimizer or (self.dp > 1 and self.world > self.dp) else "")]
+    def describe(self, config) -> str:
+        parts = [f"data parallel {self.dp}" + (", sharded optimizer" if config.use_distributed_optimizer or (self.dp > 1 and self.world > self.dp) else "")]
         if self.tp > 1:
-            parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if args.sequence_parallel else ""))
+            parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if config.sequence_parallel else ""))
         if self.pp > 1:
             parts.append(f"pipeline parallel {self.pp}" + (f" x {self.virtual} virtual stages" if self.virtual > 1 else ""))
         return ", ".join(parts)
 
-    def check(self, cfg, global_batch: int, micro_batch: int) -> None:
+    def check(self, model_config, global_batch: int, micro_batch: int) -> None:
         """One clear error naming the numbers for a layout that cannot work."""
         if self.world % (self.tp * self.pp):
             raise TextmillError(f"world size {self.world} is not divisible by --tensor-model-parallel-size {self.tp} "
                                 f"x --pipeline-model-parallel-size {self.pp}")
-        if cfg.num_attention_heads % self.tp:
-            raise TextmillError(f"--num-attention-heads {cfg.num_attention_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
-        if cfg.ffn_hidden_size % self.tp:
-            raise TextmillError(f"--ffn-hidden-size {cfg.ffn_hidden_size} is not divisible by --tensor-model-parallel-size {self.tp}")
-        if cfg.vocab_size % self.tp:
-            raise TextmillError(f"the padded vocabulary ({cfg.vocab_size} rows) is not divisible by --tensor-model-parallel-size "
+        if model_config.num_attention_heads % self.tp:
+            raise TextmillError(f"--num-attention-heads {model_config.num_attention_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
+        if model_config.ffn_hidden_size % self.tp:
+            raise TextmillError(f"--ffn-hidden-size {model_config.ffn_hidden_size} is not divisible by --tensor-model-parallel-size {self.tp}")
+        if model_config.vocab_size % self.tp:
+            raise TextmillError(f"the padded vocabulary ({model_config.vocab_size} rows) is not divisible by --tensor-model-parallel-size "
                                 f"{self.tp}; choose --make-vocab-size-divisible-by accordingly")
-        if cfg.num_layers % (self.pp * self.virtual):
-            raise TextmillError(f"--num-layers {cfg.num_layers} is not divisible by --pipeline-model-parallel-size {self.pp}")
+        if model_config.num_layers % (self.pp * self.virtual):
+            raise TextmillError(f"--num-layers {model_config.num_layers} is not divisible by --pipeline-model-parallel-size {self.pp}")
         if global_batch % (micro_batch * self.dp):
             raise TextmillError(f"--global-batch-size {global_batch} is not divisible by --micro-batch-size {micro_batch} "
                                 f"x data-parallel size {self.dp}")

@@ -24,7 +24,7 @@ from torch import nn
 def split_stages(model: nn.Module, pp_rank: int, pp: int, virtual: int) -> list[tuple[int, nn.Module]]:
     """(stage index, stage model) for each of this rank's stages; `virtual` stages per rank."""
     stages = pp * virtual
-    per_stage = model.cfg.num_layers // stages
+    per_stage = model.config.num_layers // stages
     chunks = []
     for s in range(pp_rank, stages, pp):
         chunk = copy.deepcopy(model)
@@ -59,7 +59,7 @@ def build_schedule(chunks: list[tuple[int, nn.Module]], wrapped: list[nn.Module]
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 
     group = pp_mesh.get_group()
-    hidden = torch.empty(micro_batch, seq_len // sequence_shards, chunks[0][1].cfg.hidden_size, device="meta", requires_grad=True)
+    hidden = torch.empty(micro_batch, seq_len // sequence_shards, chunks[0][1].config.hidden_size, device="meta", requires_grad=True)
     tokens = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta")
     loss = torch.empty(1, device="meta")
     pipeline = []

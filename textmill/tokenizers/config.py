@@ -1,0 +1,30 @@
+"""The tokenize stage's settings: the one definition from which `textmill tokenize`'s and `textmill
+train-tokenizer`'s options and the run's [tokenize] table are generated (textmill.settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textmill.errors import TextmillError
+from textmill.settings import Settings, setting
+
+
+@dataclass(frozen=True)
+class TokenizeConfig(Settings):
+    vocab_file: Path | None = setting(None, "GPT-2 vocab.json to encode with (with merge_file); none: train a "
+                                      "byte-level BPE on the documents")
+    merge_file: Path | None = setting(None, "GPT-2 merges.txt (with vocab_file)")
+    vocab_size: int = setting(50257, "size of a trained BPE: 256 bytes + merges + <|endoftext|> (when no vocab_file)",
+                              least=257)
+    min_frequency: int = setting(2, "a pair seen fewer times is never merged when a BPE is trained", least=1)
+    json_keys: tuple[str, ...] = setting(("text",), "fields to tokenize; one dataset per field", nargs="+")
+    append_eod: bool = setting(True, "end every non-empty document with <|endoftext|> (Megatron's preprocess_data.py "
+                               "does so only with --append-eod)")
+    workers: int = setting(2, "encoding threads (the encoder runs outside the GIL; does not change the output)",
+                           least=1, keyed=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.vocab_file is None) != (self.merge_file is None):
+            raise TextmillError("vocab_file and merge_file go together")
