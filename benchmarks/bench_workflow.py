@@ -50,13 +50,13 @@ def walk(config: Path) -> tuple[int, float]:
 
 
 def blacklist_chain(config: Path, hand_over: bool) -> float:
-    from textmill.workflows import tasks as t
+    from textmill.workflows import memos, tasks as t
 
-    n = t.num_url_files(t.run_config(str(config)))
+    n = t.num_url_files(memos.run_config(str(config)))
     started = time.perf_counter()
     for i in range(n):
         if not hand_over:
-            t.SEEN.clear()
+            memos.KEPT_URL_IDS.clear()
         t.BlacklistShard(str(config), i).run()
     return time.perf_counter() - started
 

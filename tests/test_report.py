@@ -2,7 +2,7 @@
 
 import json
 
-from textmill.report import results_markdown, results_rows, run_lines, write_results
+from textmill.report.results import results_markdown, results_rows, run_lines, write_results
 
 
 def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5):

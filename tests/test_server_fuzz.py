@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from textmill.inference.server import API_FIELDS, COMPLETION_FIELDS
+from textmill.inference.requests import API_FIELDS, COMPLETION_FIELDS
 
 from test_generate import Server
 

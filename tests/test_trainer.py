@@ -1,6 +1,8 @@
 """The single-process trainer: Megatron's data index, the schedule, training, checkpoints, bad input."""
 
 import dataclasses
+import json
+import shutil
 import warnings
 
 import numpy as np
@@ -201,3 +203,17 @@ def test_bad_input_is_one_clear_error(corpus, tmp_path):
 def test_the_split_must_leave_training_documents(corpus):
     with pytest.raises(TextmillError, match="no training documents"):
         Trainer(train_config(corpus, train_iters=2, split="0,1,0"))
+
+
+def test_a_checkpoint_of_textmill_0_1_with_its_empty_extra_field_still_loads(gpt2_ckpt, tmp_path):
+    from textmill.trainer.checkpoint import load_model
+
+    old = tmp_path / "old"
+    shutil.copytree(gpt2_ckpt, old)
+    meta_file = next(old.glob("iter_*/textmill.json"))
+    meta = json.loads(meta_file.read_text())
+    meta["model_config"]["extra"] = {}  # what GPTConfig.to_dict wrote in textmill 0.1
+    meta_file.write_text(json.dumps(meta))
+    model, _ = load_model(old)
+    reference, _ = load_model(gpt2_ckpt)
+    assert model.config == reference.config

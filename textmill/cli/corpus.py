@@ -14,7 +14,7 @@ from textmill.settings import add_arguments, from_namespace
 
 
 def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float) -> str:
-    from textmill.report import stage_line, stage_summary
+    from textmill.report.lines import stage_line, stage_summary
 
     return stage_line(stage_summary(stage, manifests, output, seconds))
 
@@ -39,7 +39,7 @@ def cmd_scrape(args) -> str:
 def cmd_dedup(args) -> str:
     from textmill.pipeline.dedup import dedup_shards
     from textmill.pipeline.shards import list_shards
-    from textmill.report import dedup_line
+    from textmill.report.lines import dedup_line
 
     timer = Timer()
     manifests, clusters = dedup_shards(list_shards(args.inputs), Path(args.output), from_namespace(DedupConfig, args))
@@ -69,7 +69,7 @@ def cmd_shuffle(args) -> str:
 def cmd_decontaminate(args) -> str:
     from textmill.pipeline.decontaminate import decontaminate_shards
     from textmill.pipeline.shards import list_shards
-    from textmill.report import decontaminate_line
+    from textmill.report.lines import decontaminate_line
 
     timer = Timer()
     config = from_namespace(DecontaminateConfig, args)

@@ -11,14 +11,18 @@ from textmill.trainer.config import TrainConfig
 
 
 def cmd_train(args) -> str:
+    from textmill.report.lines import train_line
     from textmill.trainer.train import run
 
-    return run(from_namespace(TrainConfig, args))
+    timer = Timer()
+    config = from_namespace(TrainConfig, args)
+    result = run(config)
+    return train_line(result, config.save, timer.seconds) if result else ""
 
 
 def cmd_evaluate_lambada(args) -> str:
     from textmill.evaluate.lambada import evaluate_lambada
-    from textmill.report import lambada_lines
+    from textmill.report.lines import lambada_lines
     from textmill.trainer.device import pick_device
 
     timer = Timer()
@@ -29,7 +33,7 @@ def cmd_evaluate_lambada(args) -> str:
 
 def cmd_export_hf(args) -> str:
     from textmill.interop.hf import export_hf
-    from textmill.report import export_line
+    from textmill.report.lines import export_line
 
     timer = Timer()
     return export_line(export_hf(args.load, args.output, args.vocab_file, args.merge_file), timer.seconds)
@@ -37,7 +41,7 @@ def cmd_export_hf(args) -> str:
 
 def cmd_import_hf(args) -> str:
     from textmill.interop.hf import import_hf
-    from textmill.report import import_line
+    from textmill.report.lines import import_line
 
     timer = Timer()
     r = import_hf(args.folder, args.save, args.make_vocab_size_divisible_by, args.vocab_file, args.merge_file)
@@ -46,7 +50,7 @@ def cmd_import_hf(args) -> str:
 
 def cmd_checkpoint_convert(args) -> str:
     from textmill.interop.convert import convert_checkpoint
-    from textmill.report import convert_line
+    from textmill.report.lines import convert_line
 
     r = convert_checkpoint(args.load, args.save, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
                            args.ckpt_format, args.argv[1:])

@@ -11,7 +11,8 @@ from textmill.errors import TextmillError
 
 def cmd_run(args) -> str:
     from textmill.config import example_config, load_config
-    from textmill.report import failed_run_lines, run_lines
+    from textmill.report.lines import failed_run_lines
+    from textmill.report.results import run_lines
     from textmill.workflows.runner import run_workflow
 
     if args.example_config:

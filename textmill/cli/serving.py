@@ -9,8 +9,9 @@ from textmill.errors import TextmillError
 
 
 def cmd_serve(args) -> str:
-    from textmill.inference.server import Limits, TextGenerator, make_server, serve_until_stopped
-    from textmill.report import serve_banner, served_line
+    from textmill.inference.requests import Limits
+    from textmill.inference.server import TextGenerator, make_server, serve_until_stopped
+    from textmill.report.lines import serve_banner, served_line
     from textmill.trainer.device import pick_device
 
     limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate)

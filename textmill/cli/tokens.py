@@ -11,7 +11,7 @@ from textmill.tokenizers.config import TokenizeConfig
 
 def cmd_tokenize(args) -> str:
     from textmill.pipeline.shards import list_shards
-    from textmill.report import tokenize_line, trained_tokenizer_line
+    from textmill.report.lines import tokenize_line, trained_tokenizer_line
     from textmill.tokenizers.gpt2 import GPT2Tokenizer
     from textmill.tokenizers.preprocess import dataset_prefix, rejects_file, tokenize_files
     from textmill.tokenizers.train import train_bpe_on_files
@@ -32,7 +32,7 @@ def cmd_tokenize(args) -> str:
 
 def cmd_train_tokenizer(args) -> str:
     from textmill.pipeline.shards import list_shards
-    from textmill.report import seconds_tag, trained_tokenizer_line
+    from textmill.report.lines import seconds_tag, trained_tokenizer_line
     from textmill.tokenizers.train import train_bpe_on_files
 
     timer = Timer()
@@ -44,7 +44,7 @@ def cmd_train_tokenizer(args) -> str:
 
 def cmd_merge_datasets(args) -> str:
     from textmill.megatron.indexed import merge_directory
-    from textmill.report import merged_line
+    from textmill.report.lines import merged_line
 
     timer = Timer()
     merged, parts = merge_directory(Path(args.input), Path(args.output_prefix))

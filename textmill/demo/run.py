@@ -76,7 +76,7 @@ hf = true
 
 def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int, train_iters: int,
              lambada: Path | None, port: int = 0) -> str:
-    from textmill.report import funnel_lines
+    from textmill.report.lines import funnel_lines
     from textmill.workflows.runner import run_workflow
 
     started = time.perf_counter()

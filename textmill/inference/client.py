@@ -49,13 +49,14 @@ class RemoteModel:
 
 class LocalModel:
     def __init__(self, load, device: str, bf16: bool, use_cache: bool, vocab_file=None, merge_file=None):
-        from textmill.inference.server import Limits, TextGenerator
+        from textmill.inference.requests import Limits
+        from textmill.inference.server import TextGenerator
 
         self.generator = TextGenerator(load, Limits(), device, bf16, vocab_file, merge_file)
         self.use_cache = use_cache
 
     def __call__(self, prompts: list[str], settings: dict) -> list[dict]:
-        from textmill.inference.server import BadRequest, parse_api_request
+        from textmill.inference.requests import BadRequest, parse_api_request
 
         stop = settings.pop("stop", ())
         g = self.generator

@@ -34,13 +34,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
             tmp.unlink()
 
 
-_REPORTED_DAMAGE: set[str] = set()  # damaged files already reported by this process (say it once)
+# Process-wide: the damaged files this process has reported already (each is said once, however often read).
+REPORTED_DAMAGE: set[str] = set()
 
 
 def report_damage(path: Path, problem: str, consequence: str) -> None:
     """One line on stderr about a damaged file textmill wrote, once per file and process."""
-    if str(path) not in _REPORTED_DAMAGE:
-        _REPORTED_DAMAGE.add(str(path))
+    if str(path) not in REPORTED_DAMAGE:
+        REPORTED_DAMAGE.add(str(path))
         print(f"textmill: {path} is damaged ({problem}); {consequence}", file=sys.stderr)
 
 
@@ -70,16 +71,18 @@ def write_json(obj: dict, path: Path) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-_fingerprints: dict[tuple, dict] = {}
+# Process-wide: file_fingerprint by (path, size, mtime), so a large input is hashed once however many keys
+# ask for it.
+FINGERPRINTS: dict[tuple, dict] = {}
 
 
 def file_fingerprint(path: Path) -> dict:
     """Path, size and sha256 of an input file (cached per path, size and mtime within a process)."""
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _fingerprints:
-        _fingerprints[key] = _sha256_file(path)
-    return _fingerprints[key]
+    if key not in FINGERPRINTS:
+        FINGERPRINTS[key] = _sha256_file(path)
+    return FINGERPRINTS[key]
 
 
 def _sha256_file(path: Path) -> dict:

@@ -1,2 +1,2 @@
 """The corpus stages, one module each (blacklist, scrape with extract, dedup, clean, shuffle, decontaminate),
-over Parquet shards (`shards`, `documents`). Nothing in here imports Luigi."""
+their settings (`config`), over Parquet shards (`shards`, `documents`). Nothing in here imports Luigi."""

@@ -1,2 +1,2 @@
-"""Training only: the trainer's settings (`config`), the GPT model, data indices and blends, the optimizer,
-checkpoints, the training loop and its launch; `parallel/` holds one module per kind of parallelism."""
+"""Training only: settings (`config`), the GPT model, data indices and blends, optimizer, checkpoints and the
+state they hold (`training_state`), device, metrics file, the loop and its launch (`train`); `parallel/`."""

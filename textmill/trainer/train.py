@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.trainer.blend import parse_data_path
-from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
+from textmill.trainer.checkpoint import is_writer
 from textmill.trainer.config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.device import device_peak_tflops, pick_device
@@ -35,6 +34,7 @@ from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradien
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
 from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
+from textmill.trainer.training_state import load_training_state, save_training_state
 
 @dataclass
 class TrainState:
@@ -127,81 +127,11 @@ class Trainer:
         return self.config.global_batch_size // (self.config.micro_batch_size * self.dims.dp)
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def rng_state(self) -> dict:
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return rng
-
     def save(self) -> Path:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        root = self.config.save
-        model_state, optim_state = {}, {}
-        for model, optimizer in zip(self.models, self.optimizers):  # one per pipeline stage on this rank
-            m, o = get_state_dict(model, optimizer)
-            model_state.update(m)
-            optim_state.update(o["state"])
-        tensors = {"model": model_state, "optimizer_state": optim_state, "rng": {f"rank{self.rank}": self.rng_state()}}
-        meta = {
-            "model_config": self.model_config.to_dict(),
-            "grad_scaler": self.scaler.state_dict(),
-            "skipped_iterations": self.state.skipped,
-            "consumed_samples": self.state.iteration * self.config.global_batch_size,
-            "args": self.config.to_dict(),
-            "seq_length": self.seq_len,
-            "vocab_size": self.vocab_size,
-            "parallel": self.dims.to_dict(),
-        }
-        path = save_checkpoint(root, self.state.iteration, meta, tensors, self.ckpt_format)
-        if is_writer() and self.config.vocab_file and self.config.merge_file and not (root / "tokenizer" / "merges.txt").exists():
-            (root / "tokenizer").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.config.vocab_file, root / "tokenizer" / "vocab.json")
-            shutil.copyfile(self.config.merge_file, root / "tokenizer" / "merges.txt")
-        return path
+        return save_training_state(self)
 
     def resume(self, root: Path) -> None:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                               set_model_state_dict, set_state_dict)
-
-        ckpt = load_checkpoint(root)
-        if ckpt is None:
-            self.say(f"textmill train: no checkpoint in {root}; starting from scratch")
-            return
-        saved, wanted = ckpt.model_config().architecture(), self.model_config.architecture()
-        if saved != wanted:
-            diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
-            raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
-        # A single file holds whole tensors; the sharded format is read straight into this layout.
-        options = StateDictOptions(full_state_dict=ckpt.format == "torch")
-        weights_only = ckpt.release or self.config.finetune or self.config.no_load_optim
-        if not weights_only and not any(k.startswith("optimizer_state.") for k in ckpt.stored_keys()):
-            self.say(f"textmill train: {ckpt.path} holds weights only (converted); starting a fresh optimizer")
-            weights_only = True
-        for model, optimizer in zip(self.models, self.optimizers):
-            if weights_only:
-                model_state = ckpt.load_into({"model": get_model_state_dict(model, options=options)})["model"]
-                set_model_state_dict(model, model_state, options=options)
-                continue
-            model_state, optim_state = get_state_dict(model, optimizer, options=options)
-            loaded = ckpt.load_into({"model": model_state, "optimizer_state": optim_state["state"]})
-            set_state_dict(model, optimizer, model_state_dict=loaded["model"], options=options,
-                           optim_state_dict={"state": loaded["optimizer_state"], "param_groups": optim_state["param_groups"]})
-        if not weights_only:
-            self.scaler.load_state_dict(ckpt.meta["grad_scaler"])
-        if ckpt.release or self.config.finetune:
-            return
-        self.state.iteration = int(ckpt.meta["iteration"])
-        self.state.skipped = int(ckpt.meta.get("skipped_iterations", 0))
-        if not self.config.no_load_rng:
-            key = f"rng.rank{self.rank}.torch"
-            if ckpt.meta.get("parallel", {}).get("world", 1) == self.dims.world and key in ckpt.stored_keys():
-                rng = ckpt.load_into({"rng": {f"rank{self.rank}": self.rng_state()}})["rng"][f"rank{self.rank}"]
-                torch.set_rng_state(rng["torch"])
-                if "cuda" in rng:
-                    torch.cuda.set_rng_state(rng["cuda"], self.device)
-            else:
-                self.say(f"textmill train: {root} was saved by a different number of processes; random state not restored")
+        load_training_state(self, root)
 
     def say(self, text: str) -> None:
         if is_writer():
@@ -421,24 +351,20 @@ def training_session(config: TrainConfig) -> Iterator[Trainer]:
         yield Trainer(config, mesh)
 
 
-def launch(config: TrainConfig) -> str:
-    """`textmill train --nproc-per-node N ...`: the same settings under torchrun on this machine."""
+def launch(config: TrainConfig) -> None:
+    """`textmill train --nproc-per-node N ...`: the same settings under torchrun on this machine (its rank 0
+    prints the summary)."""
     n = config.nproc_per_node
     check_config(config, n, unpadded_vocab_size(config))
     torchrun(n, ["-m", "textmill.cli", "train", *dataclasses.replace(config, nproc_per_node=1).to_argv()])
-    return ""  # rank 0 has printed the summary
 
 
-def run(config: TrainConfig) -> str:
+def run(config: TrainConfig) -> dict | None:
+    """Train as the config says: here, or under torchrun for several processes on this machine. The
+    result (iterations, last validation loss, last checkpoint) on the rank that writes; None on the others."""
     if config.nproc_per_node > 1 and world_from_env()[0] == 1:
         return launch(config)  # one process needs no torchrun: it runs here
-    started = time.perf_counter()
     with training_session(config) as trainer:
         result = trainer.train()
         writer = is_writer()
-    if not writer:
-        return ""
-    where = f"; checkpoint {config.save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
-    valid = f", validation loss {result['valid_loss']:.4f}" if result["valid_loss"] is not None else ""
-    return (f"train: {result['iterations']} iterations{valid}, {result['skipped_iterations']} skipped"
-            f"{where} [{time.perf_counter() - started:.1f}s]")
+    return result if writer else None

@@ -22,7 +22,8 @@ import luigi.worker
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.files import atomic_path, read_json_record, write_json
 from textmill.pipeline.shards import manifest_path
-from textmill.workflows.tasks import EndToEnd, RunTask, run_config
+from textmill.workflows.memos import run_config
+from textmill.workflows.tasks import EndToEnd, RunTask
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
@@ -241,10 +242,11 @@ def corpus_record(config: str) -> dict:
     """The corpus part of a run record, as far as the run got: per stage the records in, kept and
     rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
     merged token files."""
-    from textmill.report import corpus_histograms, stage_summary
+    from textmill.report.lines import stage_summary
+    from textmill.report.page import corpus_histograms
     from textmill.workflows import tasks as t
 
-    settings = t.run_config(config)
+    settings = run_config(config)
     n = t.num_url_files(settings)
     stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
               (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
@@ -278,7 +280,7 @@ def corpus_record(config: str) -> dict:
 def earlier_histograms(work: Path, dataset: str) -> dict | None:
     """The document histograms of the newest earlier run of the same token files (a run that finds the
     corpus done does not read it again)."""
-    from textmill.report import read_runs
+    from textmill.report.results import read_runs
 
     for record in reversed(read_runs(work / RUNS)):
         corpus = record.get("corpus") or {}
@@ -292,7 +294,7 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
     from textmill.workflows import tasks as t
 
     config = str(config)
-    settings = t.run_config(config)
+    settings = run_config(config)
     record = {"run": name, "config": config, "started": started_at, "seconds": round(seconds, 1),
               "status": "done" if ok else "failed"}
     if not ok:
@@ -320,7 +322,8 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
 
 def record_run(config: Path, record: dict) -> Path:
     """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
-    from textmill.report import read_runs, write_report, write_results
+    from textmill.report.page import write_report
+    from textmill.report.results import read_runs, write_results
 
     settings = run_config(str(config))
     runs = settings.run.work_dir / RUNS

@@ -12,12 +12,14 @@ global task when its `task.json` does.
 A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does), so
 BlacklistShard(i) waits for BlacklistShard(i - 1) and its key covers the files up to i: a list file added
 at the end leaves every earlier shard, its scrape and its MinHash signatures as they are.
+
+One module of about 550 lines on purpose: the tasks are the graph above, read top to bottom in stage
+order, each a few lines of requires/output/run; split up, a reader would chase one chain across files.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import time
@@ -25,27 +27,13 @@ from pathlib import Path
 
 import luigi
 
-from textmill.config import RunConfig, load_config
+from textmill.config import RunConfig
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import file_fingerprint, read_json_record, write_json
 from textmill.pipeline.shards import manifest_path
+from textmill.workflows.memos import BLACKLIST_KEYS, KEPT_URL_IDS, TASK_KEYS, listed_url_files, run_config
 
 TASK_FILE = "task.json"
-KEYS: dict[tuple, str] = {}  # RunTask.key's memo
-# The URL ids kept by the blacklist shards up to the one keyed, left by that shard for the next one when
-# both run in this process (one worker), so a full build reads each shard once rather than once per later shard.
-SEEN: dict[str, set[str]] = {}
-
-
-def run_config(config: str) -> RunConfig:
-    """The run's configuration, read again only when the file changes."""
-    path = Path(config).resolve()
-    return cached_config(str(path), path.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=8)
-def cached_config(path: str, stamp: int) -> RunConfig:
-    return load_config(path)
 
 
 def key_of(*parts) -> str:
@@ -63,13 +51,6 @@ def url_files(settings: RunConfig) -> tuple[Path, ...]:
     """The URL list files in shard order, listed again only when an entry of [run] urls changes (every
     task asks, so listing each time made the graph quadratic in the number of files)."""
     return listed_url_files(settings.run.urls, url_stamps(settings))
-
-
-@functools.lru_cache(maxsize=8)
-def listed_url_files(urls: tuple[Path, ...], stamps: tuple) -> tuple[Path, ...]:
-    from textmill.pipeline.blacklist import url_list_files
-
-    return tuple(url_list_files(urls))
 
 
 class RunTask(luigi.Task):
@@ -92,9 +73,9 @@ class RunTask(luigi.Task):
         """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
         scrape key), so each is computed once per configuration and list of URL files."""
         memo = (self.task_id, self.settings, url_stamps(self.settings))
-        if memo not in KEYS:
-            KEYS[memo] = self.own_key()
-        return KEYS[memo]
+        if memo not in TASK_KEYS:
+            TASK_KEYS[memo] = self.own_key()
+        return TASK_KEYS[memo]
 
     def own_key(self) -> str:
         raise NotImplementedError
@@ -146,17 +127,17 @@ def url_rules(settings: RunConfig):
     return UrlRules.with_extra(settings.blacklist)
 
 
-@functools.lru_cache(maxsize=8)
 def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
     """The key of every blacklist shard: a chain over the URL files, since a shard's output depends on
     every file before it (computed in one pass; a task asking for its predecessor's key would recurse as
     deep as there are files)."""
-    keys, previous, params = [], None, url_rules(settings).params()
-    for path in url_files(settings):
-        f = file_fingerprint(path)
-        previous = key_of("blacklist", previous, path.name, f["sha256"], params)
-        keys.append(previous)
-    return tuple(keys)
+    if (settings, stamps) not in BLACKLIST_KEYS:
+        keys, previous, params = [], None, url_rules(settings).params()
+        for path in url_files(settings):
+            previous = key_of("blacklist", previous, path.name, file_fingerprint(path)["sha256"], params)
+            keys.append(previous)
+        BLACKLIST_KEYS[settings, stamps] = tuple(keys)
+    return BLACKLIST_KEYS[settings, stamps]
 
 
 class BlacklistShard(ShardTask):
@@ -176,13 +157,13 @@ class BlacklistShard(ShardTask):
         from textmill.pipeline.shards import read_rows
 
         previous = BlacklistShard(self.config, self.shard - 1).key() if self.shard else None
-        seen = SEEN.pop(previous, None)
+        seen = KEPT_URL_IDS.pop(previous, None)
         if seen is None:  # not the shard this process did last: read what every earlier shard kept
             seen = {row["id"] for i in range(self.shard)
                     for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
         blacklist_file(url_files(self.settings)[self.shard], self.shard_file(), self.rules(), seen)
-        SEEN.clear()
-        SEEN[self.key()] = seen
+        KEPT_URL_IDS.clear()
+        KEPT_URL_IDS[self.key()] = seen
 
 
 class ScrapeShard(ShardTask):

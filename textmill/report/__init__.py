@@ -1,0 +1,2 @@
+"""What a run did, for people: one-line summaries of every command (`lines`), the table of the last runs'
+results side by side (`results`), and report.html with its charts (`page`)."""

@@ -1,0 +1,128 @@
+"""The one-line summaries each command and `textmill run` end with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textmill.pipeline.shards import summarize
+
+
+
+
+def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float) -> dict:
+    """The counts of one stage over its shards' manifests."""
+    total = summarize(manifests)
+    c = total["counts"]
+    return {"stage": stage, "shards": total["shards"], "input": c.get("input", 0), "kept": c.get("kept", 0),
+            "rejected": c.get("rejected", 0), "rows_out": c.get("output_rows", c.get("kept", 0)),
+            "reasons": total["reasons"], "output": str(output), "seconds": seconds}
+
+
+def stage_line(s: dict) -> str:
+    reasons = ", ".join(f"{k} {v}" for k, v in list(s["reasons"].items())[:8]) or "none"
+    extra = f", {s['rows_out']} rows out" if s["rows_out"] != s["kept"] else ""
+    return (f"{s['stage']}: {s['shards']} shard(s), {s['input']} in, {s['kept']} kept, {s['rejected']} rejected "
+            f"({reasons}){extra} -> {s['output']} [{s['seconds']:.1f}s]")
+
+
+def dedup_line(clusters: dict) -> str:
+    sizes = clusters["cluster_sizes"]
+    return (f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; "
+            f"{clusters['candidate_pairs']} candidate pairs, {clusters['confirmed_pairs']} confirmed")
+
+
+def decontaminate_line(info: dict, key_threshold: int) -> str:
+    return (f"  {info['eval_ngrams']} evaluation n-grams, {info['seen_in_training']} seen in training, {info['used']} used "
+            f"(seen < {key_threshold} times); {info['documents_touched']} document(s) touched, "
+            f"{info['characters_removed']} characters removed")
+
+
+def seconds_tag(seconds: float) -> str:
+    """How commands end their summaries: the wall time in brackets."""
+    return f"[{seconds:.1f}s]"
+
+
+def tokenize_line(m: dict, datasets: list[str], rejects: Path, seconds: float) -> str:
+    """`textmill tokenize`'s summary from its manifest; `datasets` are the PREFIX_KEY_document prefixes."""
+    c = m["counts"]
+    reasons = ", ".join(f"{k} {v}" for k, v in m["reasons"].items()) or "none"
+    where = f"; first: {m['first_rejects'][0]} (all in {rejects})" if c["rejected"] else ""
+    tokens = ", ".join(f"{d}.bin/.idx {n:,} tokens" for d, n in zip(datasets, c["tokens"].values()))
+    return (f"tokenize: {len(m['inputs'])} file(s), {c['input']} documents in, {c['kept']} written, "
+            f"{c['rejected']} rejected ({reasons}{where})\n  {tokens} ({m['params']['dtype']}), "
+            f"{m['mb_per_s']} MB/s {seconds_tag(seconds)}")
+
+
+def trained_tokenizer_line(tokenizer) -> str:
+    return f"train-tokenizer: {tokenizer.vocab_size}-token byte-level BPE -> {tokenizer.files[0]}, {tokenizer.files[1]}"
+
+
+def merged_line(documents: int, tokens: int, parts: int, output_prefix, seconds: float) -> str:
+    return (f"merge-datasets: {parts} dataset(s), {documents:,} documents, {tokens:,} tokens -> {output_prefix}.bin/.idx "
+            f"{seconds_tag(seconds)}")
+
+
+def train_line(result: dict, save: Path | None, seconds: float) -> str:
+    where = f"; checkpoint {save}/iter_{result['saved_at']:07d}" if result["saved_at"] else ""
+    valid = f", validation loss {result['valid_loss']:.4f}" if result["valid_loss"] is not None else ""
+    return (f"train: {result['iterations']} iterations{valid}, {result['skipped_iterations']} skipped{where} "
+            f"{seconds_tag(seconds)}")
+
+
+def lambada_lines(r: dict, seconds: float) -> list[str]:
+    """Megatron's closing line of a LAMBADA evaluation, then textmill's."""
+    truncated = f", {r['truncated']} passage(s) cut to the model's positions" if r["truncated"] else ""
+    return [f"number correct: {r['correct']} | total examples: {r['total']} | avg accuracy: {r['accuracy']:.4E}",
+            f"evaluate lambada{' (strict)' if r['strict'] else ''}: iteration {r['iteration']}, accuracy "
+            f"{r['accuracy']:.2%} ({r['correct']}/{r['total']}), last-word perplexity {r['perplexity']:.2f}{truncated} "
+            f"-> {r['output']} {seconds_tag(seconds)}"]
+
+
+def export_line(r: dict, seconds: float) -> str:
+    return (f"export hf: {r['family']} model, {r['parameters']:,} parameters, vocabulary {r['vocab_size']}, "
+            f"iteration {r['iteration']} -> {r['output']} {seconds_tag(seconds)}")
+
+
+def import_line(r: dict, seconds: float) -> str:
+    return (f"import hf: {r['family']} model, {r['parameters']:,} parameters, vocabulary {r['vocab_size']} padded to "
+            f"{r['padded_vocab_size']} -> {r['output']}/release {seconds_tag(seconds)}")
+
+
+def convert_line(r: dict) -> str:
+    return (f"checkpoint convert: {r['parameters']:,} parameters from {r['from']} -> {r['to']} (tensor parallel "
+            f"{r['tp']}, pipeline parallel {r['pp']}, {r['format']}; weights only) {seconds_tag(r['seconds'])}")
+
+
+def failed_run_lines(record: dict, folder: Path) -> list[str]:
+    """The end of a failed `textmill run`; the last line names what failed and why."""
+    failed = record.get("failed") or ["no task failed here, but the graph is not finished (see the summary above)"]
+    more = f" (and {len(failed) - 1} more: textmill status)" if len(failed) > 1 else ""
+    return [f"textmill run: failed after {record['seconds']:.1f}s (recorded in {folder}); `textmill run` again redoes "
+            "only what is not finished", f"textmill run: failed: {failed[0]}{more}"]
+
+
+def serve_banner(info: dict, host: str, port: int) -> str:
+    return (f"serve: {info['checkpoint']} (iteration {info['iteration']}, {info['parameters']:,} parameters) on "
+            f"http://{host}:{port}  PUT /api, POST /v1/completions, GET /health; Ctrl-C stops")
+
+
+def served_line(stats: dict, seconds: float) -> str:
+    return (f"serve: stopped after {stats['requests']} request(s), {stats['errors']} answered with an error "
+            f"{seconds_tag(seconds)}")
+
+
+def funnel_lines(record: dict) -> list[str]:
+    """The corpus stages of a run record, one line each (dedup and decontamination with a second line),
+    then the token count."""
+    lines = []
+    for s in record["funnel"]:
+        lines.append(stage_line(s))
+        if s["stage"] == "dedup":
+            lines.append(dedup_line(record["dedup"]))
+        if s["stage"] == "decontaminate":
+            lines.append(decontaminate_line(record["decontaminate"], record["decontaminate"]["key_threshold"]))
+    corpus = record.get("corpus")
+    if corpus:
+        lines.append(f"tokenize: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "
+                     f"{corpus['dataset']}.bin/.idx")
+    return lines

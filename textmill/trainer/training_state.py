@@ -1,0 +1,95 @@
+"""What a checkpoint holds of a training run besides the file format (textmill.trainer.checkpoint): the
+Trainer's models, optimizers, loss scaler, iteration and random state, saved into a checkpoint and
+restored from one into whatever layout the Trainer has now."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from textmill.errors import TextmillError
+from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
+
+
+def rng_state(trainer) -> dict:
+    rng = {"torch": torch.get_rng_state()}
+    if trainer.device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(trainer.device)
+    return rng
+
+
+def save_training_state(trainer) -> Path:
+    """A checkpoint of the trainer at its iteration in --save; the tokenizer files go beside the first one."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = trainer.config.save
+    model_state, optim_state = {}, {}
+    for model, optimizer in zip(trainer.models, trainer.optimizers):  # one per pipeline stage on this rank
+        m, o = get_state_dict(model, optimizer)
+        model_state.update(m)
+        optim_state.update(o["state"])
+    tensors = {"model": model_state, "optimizer_state": optim_state, "rng": {f"rank{trainer.rank}": rng_state(trainer)}}
+    meta = {
+        "model_config": trainer.model_config.to_dict(),
+        "grad_scaler": trainer.scaler.state_dict(),
+        "skipped_iterations": trainer.state.skipped,
+        "consumed_samples": trainer.state.iteration * trainer.config.global_batch_size,
+        "args": trainer.config.to_dict(),
+        "seq_length": trainer.seq_len,
+        "vocab_size": trainer.vocab_size,
+        "parallel": trainer.dims.to_dict(),
+    }
+    path = save_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.ckpt_format)
+    if is_writer() and trainer.config.vocab_file and trainer.config.merge_file and not (root / "tokenizer" / "merges.txt").exists():
+        (root / "tokenizer").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trainer.config.vocab_file, root / "tokenizer" / "vocab.json")
+        shutil.copyfile(trainer.config.merge_file, root / "tokenizer" / "merges.txt")
+    return path
+
+
+def load_training_state(trainer, root: Path) -> None:
+    """The newest checkpoint of `root` into the trainer: weights, and unless it is a release, --finetune or
+    --no-load-optim, the optimizer, loss scale, iteration and (same process count) random state."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                         set_model_state_dict, set_state_dict)
+
+    ckpt = load_checkpoint(root)
+    if ckpt is None:
+        trainer.say(f"textmill train: no checkpoint in {root}; starting from scratch")
+        return
+    saved, wanted = ckpt.model_config().architecture(), trainer.model_config.architecture()
+    if saved != wanted:
+        diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}
+        raise TextmillError(f"{root}: the checkpoint's model differs from the one asked for (checkpoint, now): {diff}")
+    # A single file holds whole tensors; the sharded format is read straight into this layout.
+    options = StateDictOptions(full_state_dict=ckpt.format == "torch")
+    weights_only = ckpt.release or trainer.config.finetune or trainer.config.no_load_optim
+    if not weights_only and not any(k.startswith("optimizer_state.") for k in ckpt.stored_keys()):
+        trainer.say(f"textmill train: {ckpt.path} holds weights only (converted); starting a fresh optimizer")
+        weights_only = True
+    for model, optimizer in zip(trainer.models, trainer.optimizers):
+        if weights_only:
+            model_state = ckpt.load_into({"model": get_model_state_dict(model, options=options)})["model"]
+            set_model_state_dict(model, model_state, options=options)
+            continue
+        model_state, optim_state = get_state_dict(model, optimizer, options=options)
+        loaded = ckpt.load_into({"model": model_state, "optimizer_state": optim_state["state"]})
+        set_state_dict(model, optimizer, model_state_dict=loaded["model"], options=options,
+                       optim_state_dict={"state": loaded["optimizer_state"], "param_groups": optim_state["param_groups"]})
+    if not weights_only:
+        trainer.scaler.load_state_dict(ckpt.meta["grad_scaler"])
+    if ckpt.release or trainer.config.finetune:
+        return
+    trainer.state.iteration = int(ckpt.meta["iteration"])
+    trainer.state.skipped = int(ckpt.meta.get("skipped_iterations", 0))
+    if not trainer.config.no_load_rng:
+        key = f"rng.rank{trainer.rank}.torch"
+        if ckpt.meta.get("parallel", {}).get("world", 1) == trainer.dims.world and key in ckpt.stored_keys():
+            rng = ckpt.load_into({"rng": {f"rank{trainer.rank}": rng_state(trainer)}})["rng"][f"rank{trainer.rank}"]
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng:
+                torch.cuda.set_rng_state(rng["cuda"], trainer.device)
+        else:
+            trainer.say(f"textmill train: {root} was saved by a different number of processes; random state not restored")

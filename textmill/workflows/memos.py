@@ -1,0 +1,45 @@
+"""The workflow's process-wide memos, all here. Luigi asks every task for its key, output and completeness
+many times while it builds and walks the graph (tens of thousands of times for a large run); without
+these, the walk re-reads the run file, lists the URL folders and recomputes chained keys at each question,
+which made it quadratic in the number of URL list files. Each memo is keyed by what can change its value
+(the settings, file modification times), so a changed file is read again; none outlives the process.
+textmill.io.files keeps the two memos about files (fingerprints, damage already reported).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from textmill.config import RunConfig, load_config
+
+# RunTask.key by (task id, settings, URL list stamps): keys are chains (a dedup key holds every shard's
+# scrape key), so each is computed once.
+TASK_KEYS: dict[tuple, str] = {}
+
+# The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
+BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
+
+# The URL ids kept by the blacklist shards up to the one keyed, left by that shard for the next one when
+# both run in this process (one worker), so a full build reads each shard once rather than once per later
+# shard. Holds one entry at a time.
+KEPT_URL_IDS: dict[str, set[str]] = {}
+
+
+def run_config(config: str) -> RunConfig:
+    """The run's configuration, read again only when the file changes."""
+    path = Path(config).resolve()
+    return _read_config(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_config(path: str, stamp: int) -> RunConfig:
+    return load_config(path)
+
+
+@functools.lru_cache(maxsize=8)
+def listed_url_files(urls: tuple[Path, ...], stamps: tuple) -> tuple[Path, ...]:
+    """The URL list files of the [run] urls entries, listed again only when an entry's mtime changes."""
+    from textmill.pipeline.blacklist import url_list_files
+
+    return tuple(url_list_files(urls))
