@@ -19,6 +19,7 @@ A field's metadata:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import textwrap
 import types
@@ -84,7 +85,7 @@ class Kind(typing.NamedTuple):
 
 
 def kind_of(cls, f: Field) -> Kind:
-    hint = typing.get_type_hints(cls if isinstance(cls, type) else type(cls))[f.name]
+    hint = type_hints(cls if isinstance(cls, type) else type(cls))[f.name]
     optional, many = False, False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         rest = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -95,6 +96,12 @@ def kind_of(cls, f: Field) -> Kind:
         choices = typing.get_args(hint)
         return Kind(type(choices[0]), many, optional, choices)
     return Kind(hint, many, optional)
+
+
+@functools.cache
+def type_hints(cls: type) -> dict:
+    """The annotations of a settings class, evaluated (once per class: typing does it slowly)."""
+    return typing.get_type_hints(cls)
 
 
 def flag(name: str) -> str:
