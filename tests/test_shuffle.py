@@ -1,6 +1,10 @@
-import pyarrow.parquet as pq
+import hashlib
 
-from textmill.pipeline.shuffle import shuffle_shards
+import pyarrow.parquet as pq
+import pytest
+
+from textmill.errors import TextmillError
+from textmill.pipeline.shuffle import gather_bucket, scatter_record, scatter_shard, shuffle_shards
 
 from conftest import write_jsonl
 
@@ -34,3 +38,41 @@ def test_shuffle_is_a_seeded_permutation(tmp_path):
     assert sum(m["counts"]["input"] for m in manifests) == 601
     assert sum(m["counts"]["rejected"] for m in manifests) == 1  # the broken JSON line, with its reason
     assert not (tmp_path / "a" / ".shuffle-scatter").exists()
+
+
+def test_the_order_is_the_one_textmill_0_1_gave(tmp_path):
+    # sha256 of each output shard's ids, one a line, as the single-process shuffle of textmill 0.1 wrote them
+    # (its files were also byte-identical to the scatter/gather steps' on these inputs).
+    for s in range(3):
+        write_jsonl(tmp_path / "in" / f"s{s}.jsonl", [{"id": f"{s}-{i}", "text": f"doc {s} {i}"} for i in range(200)])
+    shuffle_shards(sorted((tmp_path / "in").iterdir()), tmp_path / "out", 4, seed=9)
+    pinned = ["ea59a1269bb2adf1", "dc143bf9cbb5ec7b", "da31e449409dea3f", "16dcc088b6c20141"]
+    for b, digest in enumerate(pinned):
+        order = "\n".join(ids(tmp_path / "out" / f"part-{b:05d}.parquet"))
+        assert hashlib.sha256(order.encode()).hexdigest()[:16] == digest, b
+
+
+def test_scatter_and_gather_steps_in_any_order_give_the_same_shards(tmp_path):
+    inputs = make_inputs(tmp_path)
+    shuffle_shards(inputs, tmp_path / "whole", 3, seed=5)
+    scattered = [tmp_path / "scatter" / f"{i}.parquet" for i in range(len(inputs))]
+    (tmp_path / "scatter").mkdir()
+    for i in reversed(range(len(inputs))):  # as independent workers might run them
+        record = scatter_shard(inputs[i], scattered[i], 3, seed=5)
+        assert record["rows"] == (201 if i == 1 else 200)
+        assert pq.ParquetFile(scattered[i]).num_row_groups == len(record["row_groups"]) <= 3
+    for b in (2, 0, 1):
+        gather_bucket(scattered, b, tmp_path / "steps" / f"part-{b:05d}.parquet", 3, seed=5)
+    for name in sorted(p.name for p in (tmp_path / "whole").iterdir()):
+        if name.endswith(".parquet"):
+            assert (tmp_path / "steps" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_gather_without_its_scatter_record_is_one_error(tmp_path):
+    inputs = make_inputs(tmp_path)
+    (tmp_path / "scatter").mkdir()
+    scatter_shard(inputs[0], tmp_path / "scatter" / "0.parquet", 2, seed=1)
+    scatter_record(tmp_path / "scatter" / "0.parquet").unlink()  # as a worker killed before its record
+    with pytest.raises(TextmillError, match="no whole scatter record"):
+        gather_bucket([tmp_path / "scatter" / "0.parquet"], 0, tmp_path / "out" / "part-00000.parquet", 2, seed=1)
+    assert not (tmp_path / "out" / "part-00000.manifest.json").exists()

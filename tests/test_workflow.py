@@ -51,8 +51,8 @@ split = "90,10,0"
 lambada = ["eval.jsonl"]
 """
 
-STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "4-clean", "5-shuffle", "6-decontaminate", "7-tokenizer",
-          "8-tokenize", "9-dataset"]
+STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "4-clean", "5-shuffle", "5-shuffle-scatter",
+          "6-decontaminate", "7-tokenizer", "8-tokenize", "9-dataset"]
 
 
 

@@ -104,6 +104,15 @@ class ShardWriter:
         if len(self._buffer) >= self.batch_rows:
             self._flush()
 
+    def write_table(self, table: pa.Table) -> None:
+        """Write a table's rows, in row groups of `batch_rows` as `write` would (a table written after rows
+        starts a new row group)."""
+        self._flush()
+        table = table.select(self.schema.names).cast(self.schema).combine_chunks()
+        for start in range(0, table.num_rows, self.batch_rows):
+            self._writer.write_table(table.slice(start, self.batch_rows))
+        self.rows += table.num_rows
+
     def _flush(self) -> None:
         if self._buffer:
             self._writer.write_table(pa.Table.from_pylist(self._buffer, schema=self.schema))
@@ -176,6 +185,15 @@ class ShardOutput:
         for row in rows:
             self._kept.write(row)
         self._split_rows += len(rows) - 1
+
+    def keep_table(self, table: pa.Table) -> None:
+        """Keep every row of a table (the columnar form of `keep`)."""
+        self._kept.write_table(table)
+
+    def reject_table(self, table: pa.Table) -> None:
+        """Reject every row of a table whose `reason` column says why (the columnar form of `reject`)."""
+        self._rejects.write_table(table)
+        self.reasons.update(reason_key(r) for r in table["reason"].to_pylist())
 
     def reject(self, row: dict, reason: str) -> None:
         self._rejects.write({**row, "reason": reason})

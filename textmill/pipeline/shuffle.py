@@ -1,9 +1,14 @@
-"""Seeded global shuffle that scales past memory (the `shuf` step of Megatron-LM's OpenWebText recipe).
+"""Seeded global shuffle that scales past memory (the `shuf` step of Megatron-LM's OpenWebText recipe), as
+two kinds of independent steps that many workers can run at once.
 
-Scatter: every document goes to one of `num_shards` buckets chosen by a keyed hash of its id (the seed
-is the key), streamed to disk. Gather: each bucket, small enough to hold in memory, is permuted by a
-generator seeded with (seed, bucket) and written as one output shard. Memory is one bucket, not the
-corpus; the same inputs and seed give the same bytes.
+Scatter, one per input shard (`scatter_shard`): every document goes to one of `num_shards` buckets chosen
+by a keyed hash of its id (the seed is the key). The shard's rows are written sorted by bucket, one
+Parquet row group per bucket, with a record (NAME.scatter.json, written last) of which row groups hold
+which bucket. Gather, one per output shard (`gather_bucket`): bucket b's row groups of every scattered
+shard, in input order, permuted by a generator seeded with (seed, b), written as output shard b.
+
+A step's memory is one input shard or one bucket, never the corpus; the rows move as Arrow columns, never
+as Python objects. The same inputs and seed give the same bytes, whichever worker ran which step.
 """
 
 from __future__ import annotations
@@ -13,14 +18,17 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
+from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, reject_schema
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, reject_schema, shard_kind
 
-_SCATTER_BATCH_ROWS = 64  # rows buffered per bucket: bounds memory with many buckets
+SCATTER_SCHEMA = reject_schema(DOC_SCHEMA)  # the reason column carries bad input records along to a reject
 
 
 def bucket_of(doc_id: str, seed: int, num_shards: int) -> int:
@@ -28,38 +36,79 @@ def bucket_of(doc_id: str, seed: int, num_shards: int) -> int:
     return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8, key=key).digest(), "little") % num_shards
 
 
+def scatter_record(scattered: Path) -> Path:
+    return scattered.with_name(scattered.stem + ".scatter.json")
+
+
+def read_documents(shard: Path) -> pa.Table:
+    """A shard's documents as one table of SCATTER_SCHEMA (reason set for a bad loose-JSON record)."""
+    if is_loose_json(shard):
+        rows = [{**row, "reason": bad} for row, bad in iter_documents(shard)]
+        return pa.Table.from_pylist(rows, schema=SCATTER_SCHEMA)
+    try:
+        table = pq.read_table(shard)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
+    if shard_kind(table.schema) != "document":
+        next(iter_documents(shard), None)  # names what the shard holds instead
+    table = table.select(DOC_SCHEMA.names).cast(DOC_SCHEMA)
+    return table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
+
+
+def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict:
+    """Write `shard`'s documents to `output` sorted by bucket, one row group per non-empty bucket, then the
+    record saying which; returns the record. Rows keep their input order within a bucket."""
+    table = read_documents(shard)
+    buckets = np.fromiter((bucket_of(i, seed, num_shards) for i in table["id"].to_pylist()), np.int64, table.num_rows)
+    order = np.argsort(buckets, kind="stable")
+    table, buckets = table.take(order), buckets[order]
+    row_groups: dict[str, int] = {}
+    with atomic_path(output) as tmp:
+        with pq.ParquetWriter(tmp, SCATTER_SCHEMA, compression="zstd") as writer:
+            starts = np.flatnonzero(np.diff(buckets, prepend=-1)) if len(buckets) else np.array([], np.int64)
+            for start, end in zip(starts, [*starts[1:], len(buckets)]):
+                writer.write_table(table.slice(start, end - start), row_group_size=int(end - start))
+                row_groups[str(int(buckets[start]))] = len(row_groups)
+    record = {"input": file_fingerprint(shard), "output": output.name, "rows": table.num_rows,
+              "num_shards": num_shards, "seed": seed, "row_groups": row_groups}
+    write_json(record, scatter_record(output))
+    return record
+
+
+def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: int, seed: int) -> dict:
+    """Output shard `bucket`: that bucket's rows of every scattered shard, in the order given, permuted with
+    (seed, bucket); bad input records go to its rejects. Returns its manifest."""
+    parts, records = [], [scatter_record(s) for s in scattered]
+    for path, record_file in zip(scattered, records):
+        record = read_json_record(record_file, "scatter that shard again")
+        if record is None:
+            raise TextmillError(f"{path} has no whole scatter record; scatter its input again")
+        group = record["row_groups"].get(str(bucket))
+        if group is not None:
+            parts.append(pq.ParquetFile(path).read_row_group(group))
+    table = pa.concat_tables([SCATTER_SCHEMA.empty_table(), *parts]).combine_chunks()
+    table = table.take(np.random.default_rng([seed, bucket]).permutation(table.num_rows))
+    bad = pc.is_valid(table["reason"])
+    params = {"num_shards": num_shards, "seed": seed}
+    with ShardOutput("shuffle", output, DOC_SCHEMA, records, params) as stage:
+        stage.keep_table(table.filter(pc.invert(bad)).drop_columns(["reason"]))
+        stage.reject_table(table.filter(bad))
+        return stage.finish(table.num_rows)
+
+
 def shuffle_shards(inputs: list[Path], output_dir: Path, num_shards: int, seed: int) -> list[dict]:
-    """Shuffle all documents of `inputs` into `output_dir/part-NNNNN.parquet`; returns the manifests.
-    Bad records of loose-JSON inputs are rejected (with reason) into the shard their id hashes to."""
+    """Shuffle all documents of `inputs` into `output_dir/part-NNNNN.parquet` (scatter each input into a
+    scratch folder, gather each output shard, drop the scratch); returns the manifests."""
     if num_shards < 1:
         raise TextmillError(f"num_shards must be at least 1, not {num_shards}")
     scratch = output_dir / ".shuffle-scatter"
     shutil.rmtree(scratch, ignore_errors=True)
-    scatter_schema = reject_schema(DOC_SCHEMA)  # the reason column carries bad input records along
-    writers = [
-        ShardWriter(scratch / f"b{b:05d}.parquet", scatter_schema, _SCATTER_BATCH_ROWS) for b in range(num_shards)
-    ]
-    total = 0
-    for shard in tqdm(inputs, desc="shuffle scatter", unit="shard", disable=None):
-        for row, bad in iter_documents(shard):
-            writers[bucket_of(row["id"], seed, num_shards)].write({**row, "reason": bad})
-            total += 1
-    for w in writers:
-        w.close()
-
-    manifests = []
-    params = {"num_shards": num_shards, "seed": seed}
-    for b, w in enumerate(tqdm(writers, desc="shuffle gather", unit="shard", disable=None)):
-        table = pq.read_table(w.path)
-        order = np.random.default_rng([seed, b]).permutation(table.num_rows)
-        with ShardOutput("shuffle", output_dir / f"part-{b:05d}.parquet", DOC_SCHEMA, inputs, params) as stage:
-            for row in table.take(order).to_pylist():
-                reason = row.pop("reason")
-                if reason:
-                    stage.reject(row, reason)
-                else:
-                    stage.keep(row)
-            manifests.append(stage.finish(table.num_rows))
+    scratch.mkdir(parents=True)
+    scattered = [scratch / f"{i:05d}.parquet" for i in range(len(inputs))]
+    total = sum(scatter_shard(shard, out, num_shards, seed)["rows"]
+                for shard, out in zip(tqdm(inputs, desc="shuffle scatter", unit="shard", disable=None), scattered))
+    manifests = [gather_bucket(scattered, b, output_dir / f"part-{b:05d}.parquet", num_shards, seed)
+                 for b in tqdm(range(num_shards), desc="shuffle gather", unit="shard", disable=None)]
     shutil.rmtree(scratch)
     if sum(m["counts"]["input"] for m in manifests) != total:
         raise AssertionError("shuffle lost or duplicated documents")

@@ -7,10 +7,11 @@
 from textmill.workflows.runner import configure_luigi
 from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DedupClusters, DedupShard,
                                       EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard, Shuffle,
-                                      SignatureShard, TokenizeShard, TrainGPT, TrainTokenizer)
+                                      ShuffleGather, ShuffleScatter, SignatureShard, TokenizeShard, TrainGPT,
+                                      TrainTokenizer)
 
 configure_luigi()
 
 __all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DedupClusters", "DedupShard", "EndToEnd",
-           "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "SignatureShard", "TokenizeShard",
-           "TrainGPT", "TrainTokenizer"]
+           "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "ShuffleGather", "ShuffleScatter",
+           "SignatureShard", "TokenizeShard", "TrainGPT", "TrainTokenizer"]

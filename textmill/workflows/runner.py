@@ -262,6 +262,9 @@ def corpus_record(config: str) -> dict:
         else:
             manifests = [read(manifest_path(p)) for p in tasks[0].shards()]
         timed = list(tasks)
+        if name == "shuffle":
+            timed += [t.ShuffleScatter(config, i) for i in range(n)]
+            timed += [t.ShuffleGather(config, b) for b in range(settings.shuffle.num_shards)]
         if name == "dedup":
             clusters = t.DedupClusters(config)
             timed += [clusters] + [t.SignatureShard(config, i) for i in range(n)]

@@ -7,7 +7,8 @@ before it are found complete. A shard task is complete when its manifest exists 
 global task when its `task.json` does.
 
     BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
-      -> Shuffle -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
+      -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j)
+      -> MergeDataset -> Corpus
 
 A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does), so
 BlacklistShard(i) waits for BlacklistShard(i - 1) and its key covers the files up to i: a list file added
@@ -266,7 +267,56 @@ class CleanShard(ShardTask):
                     given_tokenizer(self.settings))
 
 
+class ShuffleScatter(ShardTask):
+    """One cleaned shard's documents sorted by the output shard of the shuffle their id hashes to."""
+
+    stage = "5-shuffle-scatter"
+
+    def own_key(self) -> str:
+        return key_of(CleanShard(self.config, self.shard).key(), self.settings.shuffle.num_shards, self.settings.run.seed)
+
+    def requires(self):
+        return CleanShard(self.config, self.shard)
+
+    def done_file(self) -> Path:
+        from textmill.pipeline.shuffle import scatter_record
+
+        return scatter_record(self.shard_file())
+
+    def run(self):
+        from textmill.pipeline.shuffle import scatter_shard
+
+        scatter_shard(CleanShard(self.config, self.shard).shard_file(), self.shard_file(),
+                      self.settings.shuffle.num_shards, self.settings.run.seed)
+
+
+class ShuffleGather(RunTask):
+    """One output shard of the shuffle: its bucket of every scattered shard, permuted."""
+
+    stage = "5-shuffle"
+    bucket = luigi.IntParameter(description="output shard number")
+
+    def own_key(self) -> str:
+        return Shuffle(self.config).key()  # its shard lies in the shuffle's folder
+
+    def requires(self):
+        return [ShuffleScatter(self.config, i) for i in range(num_url_files(self.settings))]
+
+    def done_file(self) -> Path:
+        return manifest_path(Shuffle(self.config).shards()[self.bucket])
+
+    def run(self):
+        from textmill.pipeline.shuffle import gather_bucket
+
+        scattered = [ShuffleScatter(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
+        gather_bucket(scattered, self.bucket, Shuffle(self.config).shards()[self.bucket],
+                      self.settings.shuffle.num_shards, self.settings.run.seed)
+
+
 class Shuffle(RunTask):
+    """The shuffled corpus: done when every output shard is (ShuffleScatter per cleaned shard, then
+    ShuffleGather per output shard, each a task of its own)."""
+
     stage = "5-shuffle"
 
     def own_key(self) -> str:
@@ -274,16 +324,13 @@ class Shuffle(RunTask):
         return key_of(shards, self.settings.shuffle.num_shards, self.settings.run.seed)
 
     def requires(self):
-        return [CleanShard(self.config, i) for i in range(num_url_files(self.settings))]
+        return [ShuffleGather(self.config, b) for b in range(self.settings.shuffle.num_shards)]
 
     def shards(self) -> list[Path]:
         return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.settings.shuffle.num_shards)]
 
     def run(self):
-        from textmill.pipeline.shuffle import shuffle_shards
-
-        inputs = [CleanShard(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
-        manifests = shuffle_shards(inputs, self.folder(), self.settings.shuffle.num_shards, self.settings.run.seed)
+        manifests = [json.loads(manifest_path(shard).read_text()) for shard in self.shards()]
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
 
 
