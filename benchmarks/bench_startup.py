@@ -21,7 +21,7 @@ from pathlib import Path
 
 COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
             "merge-datasets", "train", "evaluate", "export", "import", "checkpoint", "run", "status", "serve",
-            "generate", "schedule", "demo"]
+            "generate", "schedule", "scheduler", "demo"]
 TARGET_S = 0.5
 
 

@@ -17,7 +17,7 @@ from textmill.pipeline.shards import list_shards
 from conftest import run_cli, write_jsonl
 
 COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
-            "merge-datasets", "train", "run", "status", "serve", "generate", "demo", "schedule"]
+            "merge-datasets", "train", "run", "status", "scheduler", "serve", "generate", "demo", "schedule"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -1,5 +1,6 @@
 """The Luigi graph: a tiny run end to end, reruns that redo only what changed or failed."""
 
+import contextlib
 import json
 import os
 import re
@@ -214,22 +215,16 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
 
 
 @pytest.mark.slow
-def test_two_workers_on_a_central_luigid_do_each_shard_once(tmp_path, site):
+@contextlib.contextmanager
+def central_scheduler(folder: Path):
+    """`textmill scheduler` (luigid with textmill's settings) on a free port of 127.0.0.1; yields its URL."""
     import socket
-
-    web, server = site
-    alone = make_run(tmp_path / "alone", site)
-    hits = dict(server.hits)
-    assert run_workflow(alone)[0]
-    fetched_alone = {k: v - hits.get(k, 0) for k, v in server.hits.items() if v != hits.get(k, 0)}
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    (tmp_path / "luigid-logs").mkdir()
-    luigid = subprocess.Popen([sys.executable, "-c", "from luigi.cmdline import luigid; luigid()", "--address", "127.0.0.1",
-                               "--port", str(port), "--state-path", str(tmp_path / "luigid.pickle"),
-                               "--logdir", str(tmp_path / "luigid-logs")],
+    luigid = subprocess.Popen([sys.executable, "-m", "textmill.cli", "scheduler", "--port", str(port),
+                               "--state-path", str(folder / "luigid.pickle"), "--logdir", str(folder / "luigid-logs")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
@@ -239,18 +234,69 @@ def test_two_workers_on_a_central_luigid_do_each_shard_once(tmp_path, site):
             except OSError:
                 assert luigid.poll() is None, "luigid exited"
                 time.sleep(0.1)
-        shared = make_run(tmp_path / "shared", site)
-        hits = dict(server.hits)
-        url = f"http://127.0.0.1:{port}"
-        workers = [subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(shared), "--scheduler-url", url],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        results = [w.communicate(timeout=600) for w in workers]
+        yield f"http://127.0.0.1:{port}"
     finally:
         luigid.terminate()
         luigid.wait(timeout=30)
+
+
+def start_worker(config: Path, url: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--scheduler-url", url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_workers_on_a_central_luigid_do_each_shard_once(tmp_path, site):
+    web, server = site
+    alone = make_run(tmp_path / "alone", site)
+    hits = dict(server.hits)
+    assert run_workflow(alone)[0]
+    fetched_alone = {k: v - hits.get(k, 0) for k, v in server.hits.items() if v != hits.get(k, 0)}
+
+    with central_scheduler(tmp_path) as url:
+        shared = make_run(tmp_path / "shared", site)
+        hits = dict(server.hits)
+        workers = [start_worker(shared, url) for _ in range(2)]
+        results = [w.communicate(timeout=600) for w in workers]
     assert [w.returncode for w in workers] == [0, 0], [r[1][-2000:] for r in results]
     fetched_shared = {k: v - hits.get(k, 0) for k, v in server.hits.items() if v != hits.get(k, 0)}
     assert fetched_shared == fetched_alone  # every page fetched as often as by one worker: no shard done twice
+    assert dataset_bytes(shared) == dataset_bytes(alone)
+
+
+def holding_open(pids: list[int], path: Path) -> int | None:
+    """Which of the processes has `path` open (Linux /proc), if any."""
+    for pid in pids:
+        try:
+            if any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return pid
+        except OSError:  # the process or one of its descriptors went away meanwhile
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_scrape_is_replaced_by_the_other(tmp_path, site):
+    alone = make_run(tmp_path / "alone", site)
+    assert run_workflow(alone)[0]
+
+    with central_scheduler(tmp_path) as url:
+        shared = make_run(tmp_path / "shared", site)
+        workers = {w.pid: w for w in (start_worker(shared, url) for _ in range(2))}
+        victim, deadline = None, time.monotonic() + 300
+        while victim is None and time.monotonic() < deadline:  # a worker that is writing a scrape journal
+            for journal in (tmp_path / "shared" / "work" / "2-scrape").glob("*/.*.journal.jsonl"):
+                if journal.stat().st_size > 0:
+                    victim = holding_open(list(workers), journal)
+                    if victim:
+                        break
+            time.sleep(0.01)
+        assert victim, "no worker was seen scraping"
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        [survivor] = [w for pid, w in workers.items() if pid != victim]
+        out, err = survivor.communicate(timeout=600)
+        print(f"the graph finished {time.monotonic() - killed_at:.0f} s after the kill")
+    assert survivor.returncode == 0, err[-3000:]
     assert dataset_bytes(shared) == dataset_bytes(alone)
 
 

@@ -11,14 +11,15 @@
     textmill evaluate lambada --load DIR --valid-data lambada_test.jsonl [--strict-lambada]
     textmill export hf --load DIR --output HF_DIR;  textmill import hf HF_DIR --save DIR
     textmill serve --load DIR [--port 5000];  textmill generate --url http://127.0.0.1:5000 | --load DIR
-    textmill run CONFIG.toml [--workers N];  textmill status CONFIG.toml;  textmill schedule CONFIG.toml [--install]
+    textmill run CONFIG.toml [--workers N] [--scheduler-url URL];  textmill status CONFIG.toml
+    textmill scheduler [--address A --port P];  textmill schedule CONFIG.toml [--install]
     textmill demo
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
 Bad input ends with one `textmill: error: ...` line and exit status 2.
 
 One module per command group, each with `add_parsers(subparsers)` and its commands: corpus (the stages),
-tokens (token files), models (train, evaluate, export, import, checkpoint), runs (run, status), serving
+tokens (token files), models (train, evaluate, export, import, checkpoint), runs (run, status, scheduler), serving
 (serve, generate); options holds what they share.
 """
 
