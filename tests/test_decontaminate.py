@@ -5,7 +5,9 @@ import pytest
 
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.pipeline.decontaminate import DecontaminateConfig, decontaminate_shards, words_with_spans
+from textmill.pipeline.decontaminate import (DecontaminateConfig, count_matches, decontaminate_shard, decontaminate_shards,
+                                             eval_ngrams, read_selected, select_from_counts, summary,
+                                             words_with_spans, write_counts)
 
 from conftest import TEST_DATA, write_jsonl
 
@@ -59,3 +61,32 @@ def test_real_lambada_passage_is_removed(tmp_path):
     assert m["documents_touched"] == 1
     text = " ".join(r["text"] for r in pq.read_table(tmp_path / "out" / "d.parquet").to_pylist())
     assert passage[:100] not in text
+
+
+def test_per_shard_steps_give_what_one_pass_gives(tmp_path):
+    # The "seen fewer than key_threshold times" rule is over the whole corpus: a passage common across
+    # shards (5 + 5 copies, threshold 8) is not cut, though no single shard holds 8 of them.
+    rng = random.Random(6)
+    evals = [synthweb.paragraph(rng, 4) for _ in range(4)]
+    write_jsonl(tmp_path / "eval.jsonl", [{"text": t} for t in evals])
+    clean = lambda n: " ".join(synthweb.prose(rng, n))  # noqa: E731
+    for s in range(2):
+        rows = [{"id": f"{s}-rare", "text": clean(3) + " " + evals[s] + " " + clean(3)}]
+        rows += [{"id": f"{s}-common{i}", "text": clean(2) + " " + evals[3] + " " + clean(2)} for i in range(5)]
+        write_jsonl(tmp_path / "in" / f"s{s}.jsonl", rows + [{"id": f"{s}-plain", "text": clean(4)}])
+    shards = sorted((tmp_path / "in").iterdir())
+    cfg = DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",), key_threshold=8)
+    manifests, info = decontaminate_shards(shards, tmp_path / "whole", cfg)
+
+    ngrams = eval_ngrams(cfg.eval_files, cfg)
+    counts = [tmp_path / "steps" / f"{s.stem}.counts.json" for s in shards]
+    for shard, path in reversed(list(zip(shards, counts))):
+        write_counts(count_matches(shard, ngrams), path)
+    selected = select_from_counts(counts, cfg, tmp_path / "steps" / "selected.json")
+    chosen = read_selected(tmp_path / "steps" / "selected.json")
+    steps = [decontaminate_shard(s, tmp_path / "steps" / f"{s.stem}.parquet", chosen, cfg) for s in shards]
+    for s in shards:
+        for name in (f"{s.stem}.parquet", f"{s.stem}.rejects.parquet"):
+            assert (tmp_path / "steps" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert summary(selected, steps) == info and info["documents_touched"] == 2
+    assert sum(m["counts"]["kept"] for m in manifests) == 14  # the 10 common ones untouched, the 2 rare ones cut

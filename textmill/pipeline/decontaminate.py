@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
+from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_record, write_json
 from textmill.pipeline.config import DecontaminateConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
@@ -90,14 +90,28 @@ def find_matches(words: list[tuple[str, int, int]], ngrams: EvalNgrams) -> list[
     return found
 
 
-def count_matches(shards: Iterable[Path], ngrams: EvalNgrams) -> Counter:
-    """Pass 1: how often each evaluation n-gram occurs in the training shards."""
+def count_matches(shard: Path, ngrams: EvalNgrams) -> Counter:
+    """Pass 1 on one shard: how often each evaluation n-gram occurs in its documents."""
     counts: Counter = Counter()
-    for shard in shards:
-        for row, bad in iter_documents(shard):
-            if not bad:
-                counts.update(g for g, _, _ in find_matches(words_with_spans(row["text"] or ""), ngrams))
+    for row, bad in iter_documents(shard):
+        if not bad:
+            counts.update(g for g, _, _ in find_matches(words_with_spans(row["text"] or ""), ngrams))
     return counts
+
+
+def write_counts(counts: Counter, path: Path) -> None:
+    """One shard's pass-1 counts, for the step that adds them up (n-grams as space-joined words)."""
+    write_json({"counts": {" ".join(g): c for g, c in sorted(counts.items())}}, path)
+
+
+def add_counts(paths: Iterable[Path]) -> Counter:
+    total: Counter = Counter()
+    for path in paths:
+        record = read_json_record(path, "count that shard again")
+        if record is None:
+            raise TextmillError(f"{path} is missing or damaged; count that shard again")
+        total.update({tuple(g.split(" ")): c for g, c in record["counts"].items()})
+    return total
 
 
 def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfig) -> list[str]:
@@ -145,24 +159,48 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
 
 
 def decontaminate_shards(shards: list[Path], output_dir: Path, cfg: DecontaminateConfig) -> tuple[list[dict], dict]:
-    """Both passes over all shards; returns the shard manifests and a summary of the n-grams used."""
+    """Both passes over all shards (the steps `textmill run` runs as tasks of their own: a count per shard,
+    their sum, a cut per shard); returns the shard manifests and a summary of the n-grams used."""
     ngrams = eval_ngrams(cfg.eval_files, cfg)
-    counts = count_matches(tqdm(shards, desc="decontaminate count", unit="shard", disable=None), ngrams)
+    counts: Counter = Counter()
+    for shard in tqdm(shards, desc="decontaminate count", unit="shard", disable=None):
+        counts.update(count_matches(shard, ngrams))
     chosen = selected_ngrams(ngrams, counts, cfg)
     manifests = [
         decontaminate_shard(s, output_dir / f"{s.stem}.parquet", chosen, cfg)
         for s in tqdm(shards, desc="decontaminate cut", unit="shard", disable=None)
     ]
-    info = {
-        "eval_ngrams": len(ngrams.grams),
-        "seen_in_training": len(counts),
-        "used": len(chosen.grams),
-        "documents_touched": sum(m["documents_touched"] for m in manifests),
-        "characters_removed": sum(m["characters_removed"] for m in manifests),
-    }
-    return manifests, info
+    return manifests, summary({"eval_ngrams": len(ngrams.grams), "seen_in_training": len(counts),
+                               "used": len(chosen.grams)}, manifests)
+
+
+def summary(selected: dict, manifests: list[dict]) -> dict:
+    """What the decontamination did: n-grams of the evaluation sets, seen in training, used; documents
+    touched and characters removed by the cuts."""
+    return {**{k: selected[k] for k in ("eval_ngrams", "seen_in_training", "used")},
+            "documents_touched": sum(m["documents_touched"] for m in manifests),
+            "characters_removed": sum(m["characters_removed"] for m in manifests)}
 
 
 def selected_ngrams(ngrams: EvalNgrams, counts: Counter, cfg: DecontaminateConfig) -> EvalNgrams:
     """The n-grams pass 2 cuts: seen in training, fewer than `key_threshold` times."""
     return EvalNgrams.build(g for g, c in counts.items() if c < cfg.key_threshold)
+
+
+def select_from_counts(count_files: list[Path], cfg: DecontaminateConfig, path: Path) -> dict:
+    """Add up the shards' pass-1 counts and write the n-grams pass 2 cuts (with how many there were of
+    each kind) to `path`; returns that record."""
+    ngrams = eval_ngrams(cfg.eval_files, cfg)
+    counts = add_counts(count_files)
+    chosen = selected_ngrams(ngrams, counts, cfg)
+    record = {"eval_ngrams": len(ngrams.grams), "seen_in_training": len(counts),
+              "used": len(chosen.grams), "ngrams": sorted(" ".join(g) for g in chosen.grams)}
+    write_json(record, path)
+    return record
+
+
+def read_selected(path: Path) -> EvalNgrams:
+    record = read_json_record(path, "select the n-grams again")
+    if record is None:
+        raise TextmillError(f"{path} is missing or damaged; select the n-grams again")
+    return EvalNgrams.build(tuple(g.split(" ")) for g in record["ngrams"])

@@ -5,13 +5,15 @@
 """
 
 from textmill.workflows.runner import configure_luigi
-from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DedupClusters, DedupShard,
+from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DecontaminateCount,
+                                      DecontaminateSelect, DecontaminateShard, DedupClusters, DedupShard,
                                       EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard, Shuffle,
                                       ShuffleGather, ShuffleScatter, SignatureShard, TokenizeShard, TrainGPT,
                                       TrainTokenizer)
 
 configure_luigi()
 
-__all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DedupClusters", "DedupShard", "EndToEnd",
+__all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DecontaminateCount", "DecontaminateSelect",
+           "DecontaminateShard", "DedupClusters", "DedupShard", "EndToEnd",
            "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "ShuffleGather", "ShuffleScatter",
            "SignatureShard", "TokenizeShard", "TrainGPT", "TrainTokenizer"]

@@ -270,6 +270,9 @@ def corpus_record(config: str) -> dict:
             timed += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
             part["dedup"] = read(clusters.done_file())
         if name == "decontaminate":
+            parts = range(settings.shuffle.num_shards)
+            timed += [t.DecontaminateSelect(config)] + [step(config, j) for j in parts
+                                                        for step in (t.DecontaminateCount, t.DecontaminateShard)]
             part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold}
         part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed)))
     merged = t.MergeDataset(config)

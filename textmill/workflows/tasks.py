@@ -7,8 +7,8 @@ before it are found complete. A shard task is complete when its manifest exists 
 global task when its `task.json` does.
 
     BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
-      -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j)
-      -> MergeDataset -> Corpus
+      -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> DecontaminateCount(j) -> DecontaminateSelect
+      -> DecontaminateShard(j) -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
 
 A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does), so
 BlacklistShard(i) waits for BlacklistShard(i - 1) and its key covers the files up to i: a list file added
@@ -334,7 +334,74 @@ class Shuffle(RunTask):
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
 
 
+class DecontaminateStep(RunTask):
+    """A step of the decontamination; its files lie in the Decontaminate task's folder."""
+
+    stage = "6-decontaminate"
+
+    def own_key(self) -> str:
+        return Decontaminate(self.config).key()
+
+    def shuffled(self) -> list[Path]:
+        return Shuffle(self.config).shards()
+
+
+class DecontaminateCount(DecontaminateStep):
+    """Pass 1 on one shuffled shard: how often each evaluation n-gram occurs in it."""
+
+    part = luigi.IntParameter(description="shuffled shard number")
+
+    def requires(self):
+        return Shuffle(self.config)
+
+    def done_file(self) -> Path:
+        return self.folder() / "counts" / f"{self.shuffled()[self.part].stem}.counts.json"
+
+    def run(self):
+        from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
+
+        cfg = self.settings.decontaminate
+        write_counts(count_matches(self.shuffled()[self.part], eval_ngrams(cfg.eval_files, cfg)), self.done_file())
+
+
+class DecontaminateSelect(DecontaminateStep):
+    """The n-grams pass 2 cuts: the counts of every shard added up, those seen fewer than key_threshold times."""
+
+    def requires(self):
+        return [DecontaminateCount(self.config, j) for j in range(self.settings.shuffle.num_shards)]
+
+    def done_file(self) -> Path:
+        return self.folder() / "selected.json"
+
+    def run(self):
+        from textmill.pipeline.decontaminate import select_from_counts
+
+        select_from_counts([t.done_file() for t in self.requires()], self.settings.decontaminate, self.done_file())
+
+
+class DecontaminateShard(DecontaminateStep):
+    """Pass 2 on one shuffled shard: the selected n-grams cut out of its documents."""
+
+    part = luigi.IntParameter(description="shuffled shard number")
+
+    def requires(self):
+        return DecontaminateSelect(self.config)
+
+    def done_file(self) -> Path:
+        return manifest_path(Decontaminate(self.config).shards()[self.part])
+
+    def run(self):
+        from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
+
+        chosen = read_selected(DecontaminateSelect(self.config).done_file())
+        decontaminate_shard(self.shuffled()[self.part], Decontaminate(self.config).shards()[self.part], chosen,
+                            self.settings.decontaminate)
+
+
 class Decontaminate(RunTask):
+    """The decontaminated corpus: done when every shard is (DecontaminateCount per shuffled shard, then
+    DecontaminateSelect, then DecontaminateShard per shard, each a task of its own)."""
+
     stage = "6-decontaminate"
 
     def own_key(self) -> str:
@@ -342,16 +409,17 @@ class Decontaminate(RunTask):
         return key_of(Shuffle(self.config).key(), evals, self.settings.decontaminate.params())
 
     def requires(self):
-        return Shuffle(self.config)
+        return [DecontaminateShard(self.config, j) for j in range(self.settings.shuffle.num_shards)]
 
     def shards(self) -> list[Path]:
         return [self.folder() / p.name for p in Shuffle(self.config).shards()]
 
     def run(self):
-        from textmill.pipeline.decontaminate import decontaminate_shards
+        from textmill.pipeline.decontaminate import summary
 
-        manifests, info = decontaminate_shards(Shuffle(self.config).shards(), self.folder(), self.settings.decontaminate)
-        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **info)
+        selected = json.loads(DecontaminateSelect(self.config).done_file().read_text())
+        manifests = [json.loads(manifest_path(shard).read_text()) for shard in self.shards()]
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **summary(selected, manifests))
 
 
 def corpus_task(config: str) -> Shuffle | Decontaminate:
