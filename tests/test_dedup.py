@@ -1,10 +1,14 @@
 import itertools
+import json
 import random
 
 import pyarrow.parquet as pq
+import pytest
 
 from textmill.demo import synthweb
-from textmill.pipeline.dedup import DedupConfig, dedup_shards, shingles
+from textmill.errors import TextmillError
+from textmill.pipeline.dedup import (DedupConfig, band_keys_shard, band_pairs, cluster_pairs, dedup_shards, shingles,
+                                     signature_shard, write_pairs)
 
 from conftest import write_jsonl
 
@@ -81,3 +85,39 @@ def test_char_shingles_like_megatron():
     assert shingles("Abcdef", 5, "char") == {b"abcde", b"bcdef"}
     assert shingles("ab", 5, "char") == {b"ab"}
     assert shingles("One two, three!", 2, "word") == {b"one two", b"two three"}
+
+
+def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
+    cfg = DedupConfig(num_perm=64, bands=16, threshold=0.5)
+    docs, _ = near_duplicate_corpus(seed=3, families=30, singles=40)
+    parts = [docs[i::3] for i in range(3)]  # a family's copies end up in different shards
+    for k, part in enumerate(parts):
+        write_jsonl(tmp_path / "in" / f"s{k}.jsonl", [{"id": f"s{k}-{i}", "text": t} for i, t in enumerate(part)])
+    shards = sorted((tmp_path / "in").iterdir())
+    _, whole = dedup_shards(shards, tmp_path / "whole", cfg)
+    assert whole["cluster_sizes"]
+
+    sigs = [signature_shard(s, tmp_path / "steps" / f"{s.stem}.minhash.parquet", cfg) for s in shards]
+    bands = [tmp_path / "steps" / f"{s.stem}.bands.parquet" for s in shards]
+    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in reversed(list(zip(sigs, bands)))][::-1]
+    pairs = [tmp_path / "steps" / f"band-{b}.parquet" for b in range(cfg.bands + 1)]
+    for b in reversed(range(cfg.bands + 1)):
+        write_pairs(band_pairs(bands, b), pairs[b])
+    steps = cluster_pairs(pairs[:-1], pairs[-1:], sigs, counts, cfg)
+    written = json.loads((tmp_path / "whole" / "clusters.json").read_text())
+    assert {k: v for k, v in written.items() if k != "params"} == steps
+    assert {k: v for k, v in steps.items() if k != "duplicates"} == whole
+
+    def position(doc_id):  # corpus order: shard, then row
+        shard, row = doc_id.removeprefix("s").split("-")
+        return int(shard), int(row)
+
+    assert all(position(keeper) < position(doc) for doc, keeper in steps["duplicates"].items())
+    assert len({position(d)[0] for d in steps["duplicates"]} | {position(k)[0] for k in steps["duplicates"].values()}) == 3
+
+
+def test_the_same_id_in_two_shards_is_one_error(tmp_path):
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "x", "text": "one text here"}, {"id": "y", "text": "two"}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "z", "text": "three"}, {"id": "x", "text": "four texts"}])
+    with pytest.raises(TextmillError, match="duplicate document ids across shards"):
+        dedup_shards(sorted((tmp_path / "in").iterdir()), tmp_path / "out", DedupConfig())

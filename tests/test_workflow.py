@@ -52,7 +52,7 @@ split = "90,10,0"
 lambada = ["eval.jsonl"]
 """
 
-STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "4-clean", "5-shuffle", "5-shuffle-scatter",
+STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "3-lsh", "4-clean", "5-shuffle", "5-shuffle-scatter",
           "6-decontaminate", "7-tokenizer", "8-tokenize", "9-dataset"]
 
 
@@ -202,7 +202,7 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
     make_run(tmp_path / "grow", site, files=3)  # the third list file arrives
     assert run_workflow(config)[0]
     second = folders(tmp_path / "grow" / "work")
-    for stage in ("1-blacklist", "2-scrape", "3-minhash"):
+    for stage in ("1-blacklist", "2-scrape", "3-minhash", "3-lsh"):
         assert len(second[stage] - first[stage]) == 1, stage  # the new shard's folder only
     assert {p: p.stat().st_mtime_ns for p in signatures} == signatures  # old signatures reused as they were
     for stage in STAGES[3:]:

@@ -1,15 +1,20 @@
 """Near-duplicate removal with MinHash LSH, after Megatron-LM's find_duplicates.py and datatrove.
 
-Three steps, so the expensive one is sharded and reusable:
-1. `signature_shard`: datasketch MinHash signatures of every document of one shard, computed with
-   `update_batch` (hashing and the permutation minimum are vectorised over all shingles of a document,
-   never a Python loop over shingles x permutations), saved per shard as NAME.minhash.parquet.
-   Signatures of old shards are reused when new shards arrive.
-2. `find_clusters`: LSH banding over all signatures (`bands` bands of `num_perm / bands` rows), candidate
-   pairs confirmed by the Jaccard similarity the signatures estimate (>= threshold), clusters by
-   union-find. The keeper of a cluster is its first document in corpus order (sorted shard name, then
-   row), so the choice is deterministic and older shards keep their documents when new ones arrive.
-3. `filter_shard`: documents that are not keepers are rejected with reason `near_duplicate_of=<id>`.
+Five steps, each a task of its own in a run, so that many workers share the work and no step holds the
+corpus in memory:
+1. `signature_shard`, per shard: datasketch MinHash signatures of every document, computed with
+   `update_batch` (hashing and the permutation minimum vectorised over all shingles of a document), saved
+   as NAME.minhash.parquet. Signatures of old shards are reused when new shards arrive.
+2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
+   64-bit key, and the id hashed as one more band; each band sorted by key.
+3. `band_pairs`, per band: a streaming merge of every shard's sorted keys; documents with equal keys are
+   candidates, each paired with the first of them. Memory: a row group per shard, plus the pairs.
+4. `cluster_pairs`, once: candidate pairs confirmed by the Jaccard similarity the signatures estimate
+   (>= threshold), joined by union-find; only the candidates' signatures are read, so memory follows the
+   duplicates, not the documents. The keeper of a cluster is its first document in corpus order (sorted
+   shard name, then row): deterministic, and older shards keep their documents when new ones arrive.
+   The same id in two shards (the id band's pairs) is an error.
+5. `filter_shard`, per shard: documents that are not keepers are rejected with `near_duplicate_of=<id>`.
 
 Shingles are word 5-grams by default (datatrove's choice: unrelated pages share few of them, so the LSH
 yields few false candidates); `shingle_unit="char"` gives Megatron's character 5-grams.
@@ -18,10 +23,15 @@ yields few false candidates); `shingle_unit="char"` gives Megatron's character 5
 from __future__ import annotations
 
 import functools
+import hashlib
+import heapq
+import itertools
 import json
 import re
+import shutil
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -29,13 +39,14 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.io.files import file_fingerprint, write_json
+from textmill.io.files import atomic_path, file_fingerprint, write_json
 from textmill.pipeline.config import DedupConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, write_table
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
+BAND_ROWS = 65536  # keys per row group of a band-keys file: what a band's merge holds of each shard
 
 
 def shingles(text: str, size: int, unit: str) -> set[bytes]:
@@ -98,17 +109,6 @@ def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
     return path
 
 
-def load_signatures(paths: list[Path], cfg: DedupConfig) -> tuple[list[str], np.ndarray]:
-    ids: list[str] = []
-    blocks = []
-    for path in paths:
-        table = pq.read_table(path)
-        ids.extend(table.column("id").to_pylist())
-        flat = table.column("signature").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        blocks.append(flat.reshape(-1, cfg.num_perm).astype(np.uint32, copy=False))
-    return ids, (np.concatenate(blocks) if blocks else np.zeros((0, cfg.num_perm), np.uint32))
-
-
 class UnionFind:
     def __init__(self, n: int):
         self.parent = np.arange(n)
@@ -137,60 +137,144 @@ def band_keys(block: np.ndarray) -> np.ndarray:
     return keys
 
 
-def candidate_pairs(sigs: np.ndarray, cfg: DedupConfig) -> np.ndarray:
-    """Pairs (i, j), i < j, that share at least one LSH band: each band of `rows` values is hashed to
-    one 64-bit key; documents with equal keys in a band are candidates. Within a bucket every member is
-    paired with the bucket's first member, which is enough for union-find to join a true cluster."""
-    n = sigs.shape[0]
-    pairs = []
-    for band in range(cfg.bands):
-        keys = band_keys(sigs[:, band * cfg.rows : (band + 1) * cfg.rows])
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        run = np.diff(np.r_[starts, n])
-        for s, length in zip(starts[run > 1], run[run > 1]):
-            members = order[s : s + length]
-            first = members.min()
-            pairs.append(np.stack([np.full(length - 1, first), members[members != first]], axis=1))
-    if not pairs:
-        return np.zeros((0, 2), np.int64)
-    return np.unique(np.concatenate(pairs), axis=0)
+def id_keys(ids: list[str]) -> np.ndarray:
+    """A 64-bit hash of each document id: the extra "band" by which one id in two places is found."""
+    return np.array([int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "little") for i in ids],
+                    np.uint64)
 
 
-def find_clusters(signature_paths: list[Path], cfg: DedupConfig) -> dict:
-    """Cluster all documents; returns {"duplicates": {id: keeper id}, "cluster_sizes": [...], ...}."""
-    ids, sigs = load_signatures(signature_paths, cfg)
-    if len(set(ids)) != len(ids):
-        raise TextmillError("duplicate document ids across shards: the same URL was scraped twice")
-    pairs = candidate_pairs(sigs, cfg)
+def read_signatures(path: Path, num_perm: int) -> tuple[list[str], np.ndarray]:
+    table = pq.read_table(path)
+    flat = table.column("signature").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return table.column("id").to_pylist(), flat.reshape(-1, num_perm).astype(np.uint32, copy=False)
+
+
+def bands_record(bands_file: Path) -> Path:
+    return bands_file.with_name(bands_file.name.removesuffix(".parquet") + ".json")
+
+
+def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
+    """Step 2, per shard: the key of every LSH band of each document, and of its id (band number
+    `bands`), sorted by (band, key, row) into `output`, then its record (rows per band) last."""
+    ids, sigs = read_signatures(signatures, cfg.num_perm)
+    blocks = [band_keys(sigs[:, b * cfg.rows : (b + 1) * cfg.rows]) for b in range(cfg.bands)] + [id_keys(ids)]
+    orders = [np.argsort(k, kind="stable") for k in blocks]
+    table = pa.table({"key": pa.array(np.concatenate([k[o] for k, o in zip(blocks, orders)]), pa.uint64()),
+                      "row": pa.array(np.concatenate(orders).astype(np.uint32), pa.uint32())})
+    with atomic_path(output) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=BAND_ROWS)
+    record = {"signatures": signatures.name, "rows": len(ids), "bands": cfg.bands + 1}
+    write_json(record, bands_record(output))
+    return record
+
+
+def band_stream(path: Path, rows: int, band: int, shard: int) -> Iterator[tuple[int, int, int]]:
+    """(key, shard, row) of one band of one shard's sorted keys, read a row group at a time."""
+    start, end = band * rows, (band + 1) * rows
+    reader = pq.ParquetFile(path)
+    for group in range(start // BAND_ROWS, -(-end // BAND_ROWS)):
+        first = group * BAND_ROWS
+        table = reader.read_row_group(group).slice(max(start - first, 0), end - max(start, first))
+        yield from zip(table["key"].to_pylist(), itertools.repeat(shard), table["row"].to_pylist())
+
+
+def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:
+    """Step 3, per band: candidate pairs (first, other) in corpus document numbers. The shards' sorted keys
+    are merged as streams, so memory is a row group per shard plus the pairs: documents with equal keys
+    are candidates, each paired with the first of them, which is enough for union-find to join a cluster."""
+    counts = [json.loads(bands_record(f).read_text())["rows"] for f in bands_files]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    streams = [band_stream(f, n, band, s) for s, (f, n) in enumerate(zip(bands_files, counts))]
+    pairs, previous, first = [], None, 0
+    for key, shard, row in heapq.merge(*streams):  # by key, then shard, then row: corpus order within a key
+        number = int(offsets[shard]) + row
+        if key == previous:
+            pairs.append((first, number))
+        else:
+            previous, first = key, number
+    return np.array(pairs, np.int64).reshape(-1, 2)
+
+
+def write_pairs(pairs: np.ndarray, path: Path) -> None:
+    write_table(pa.table({"first": pa.array(pairs[:, 0], pa.int64()), "other": pa.array(pairs[:, 1], pa.int64())}), path)
+
+
+def read_pairs(paths: list[Path]) -> np.ndarray:
+    tables = [pq.read_table(p) for p in paths]
+    columns = [np.concatenate([t[c].to_numpy() for t in tables] or [np.zeros(0, np.int64)]) for c in ("first", "other")]
+    return np.stack(columns, axis=1)
+
+
+def documents_of(numbers: np.ndarray, signature_files: list[Path], counts: list[int], num_perm: int):
+    """The ids and signatures of the given corpus document numbers (sorted), read a shard at a time."""
+    ids: list[str] = []
+    sigs = np.zeros((len(numbers), num_perm), np.uint32)
+    offset = 0
+    for path, count in zip(signature_files, counts):
+        here = numbers[(numbers >= offset) & (numbers < offset + count)]
+        if len(here):
+            shard_ids, shard_sigs = read_signatures(path, num_perm)
+            sigs[len(ids) : len(ids) + len(here)] = shard_sigs[here - offset]
+            ids += [shard_ids[i] for i in here - offset]
+        offset += count
+    return ids, sigs
+
+
+def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], signature_files: list[Path], counts: list[int],
+                  cfg: DedupConfig) -> dict:
+    """Step 4: confirm the candidate pairs by the Jaccard similarity the signatures estimate (>= threshold)
+    and join them by union-find. Memory follows the candidates, not the corpus: only their documents'
+    signatures are read. Returns {"duplicates": {id: keeper id}, "cluster_sizes": [...], ...}."""
+    same_id = read_pairs(id_pair_files)
+    if len(same_id):
+        numbers = np.unique(same_id.ravel())
+        ids = dict(zip(numbers.tolist(), documents_of(numbers, signature_files, counts, cfg.num_perm)[0]))
+        if any(ids[a] == ids[b] for a, b in same_id.tolist()):
+            raise TextmillError("duplicate document ids across shards: the same URL was scraped twice")
+    pairs = np.unique(read_pairs(pair_files), axis=0)
+    numbers = np.unique(pairs.ravel())
+    ids, sigs = documents_of(numbers, signature_files, counts, cfg.num_perm)
+    local = np.searchsorted(numbers, pairs)  # sorted numbers: local order is corpus order
     confirmed = 0
-    uf = UnionFind(len(ids))
-    for start in range(0, len(pairs), 65536):
-        chunk = pairs[start : start + 65536]
+    uf = UnionFind(len(numbers))
+    for start in range(0, len(local), 65536):
+        chunk = local[start : start + 65536]
         similarity = (sigs[chunk[:, 0]] == sigs[chunk[:, 1]]).mean(axis=1)
         for a, b in chunk[similarity >= cfg.threshold]:
             uf.union(int(a), int(b))
             confirmed += 1
-    roots = np.array([uf.find(i) for i in range(len(ids))], dtype=np.int64)
-    duplicates = {ids[i]: ids[r] for i, r in enumerate(roots) if r != i}
-    sizes = np.bincount(roots)
+    roots = np.array([uf.find(i) for i in range(len(numbers))], dtype=np.int64)
+    sizes = np.bincount(roots) if len(roots) else np.zeros(0, np.int64)
     return {
-        "documents": len(ids),
+        "documents": int(sum(counts)),
         "candidate_pairs": int(len(pairs)),
         "confirmed_pairs": confirmed,
-        "duplicates": duplicates,
+        "duplicates": {ids[i]: ids[r] for i, r in enumerate(roots) if r != i},
         "cluster_sizes": sorted((int(s) for s in sizes if s > 1), reverse=True),
     }
 
 
+def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
+    """clusters.json: the duplicates (id: keeper id), the counts and the parameters, whoever ran the steps."""
+    write_json({**clusters, "params": cfg.params()}, path)
+
+
 def dedup_shards(shards: list[Path], output_dir: Path, cfg: DedupConfig) -> tuple[list[dict], dict]:
-    """Signatures (reused when current), clusters (written to clusters.json) and the filtered shards.
-    Returns the shard manifests and the cluster summary."""
+    """Every step in turn: signatures (kept beside the output and reused when current), band keys and
+    pairs (in a scratch folder), clusters (clusters.json) and the filtered shards. Returns the shard
+    manifests and the cluster summary."""
     sigs = [signature_shard(s, output_dir / f"{s.stem}.minhash.parquet", cfg) for s in shards]
-    clusters = find_clusters(sigs, cfg)
+    scratch = output_dir / ".lsh"
+    shutil.rmtree(scratch, ignore_errors=True)
+    bands = [scratch / f"{i:05d}.bands.parquet" for i in range(len(shards))]
+    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in zip(sigs, bands)]
+    pairs = [scratch / f"band-{b:03d}.pairs.parquet" for b in range(cfg.bands + 1)]
+    for b, path in enumerate(tqdm(pairs, desc="dedup bands", unit="band", disable=None)):
+        write_pairs(band_pairs(bands, b), path)
+    clusters = cluster_pairs(pairs[:-1], pairs[-1:], sigs, counts, cfg)
+    shutil.rmtree(scratch)
+    write_clusters(clusters, cfg, output_dir / "clusters.json")
     duplicates = clusters.pop("duplicates")
-    write_json({**clusters, "params": cfg.params()}, output_dir / "clusters.json")
     manifests = [
         filter_shard(s, output_dir / f"{s.stem}.parquet", duplicates, cfg, [s])
         for s in tqdm(shards, desc="dedup filter", unit="shard", disable=None)

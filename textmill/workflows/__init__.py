@@ -6,14 +6,14 @@
 
 from textmill.workflows.runner import configure_luigi
 from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DecontaminateCount,
-                                      DecontaminateSelect, DecontaminateShard, DedupClusters, DedupShard,
-                                      EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard, Shuffle,
-                                      ShuffleGather, ShuffleScatter, SignatureShard, TokenizeShard, TrainGPT,
+                                      DecontaminateSelect, DecontaminateShard, DedupBand, DedupBandKeys, DedupClusters,
+                                      DedupShard, EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard,
+                                      Shuffle, ShuffleGather, ShuffleScatter, SignatureShard, TokenizeShard, TrainGPT,
                                       TrainTokenizer)
 
 configure_luigi()
 
 __all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DecontaminateCount", "DecontaminateSelect",
-           "DecontaminateShard", "DedupClusters", "DedupShard", "EndToEnd",
+           "DecontaminateShard", "DedupBand", "DedupBandKeys", "DedupClusters", "DedupShard", "EndToEnd",
            "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "ShuffleGather", "ShuffleScatter",
            "SignatureShard", "TokenizeShard", "TrainGPT", "TrainTokenizer"]

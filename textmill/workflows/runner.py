@@ -267,7 +267,8 @@ def corpus_record(config: str) -> dict:
             timed += [t.ShuffleGather(config, b) for b in range(settings.shuffle.num_shards)]
         if name == "dedup":
             clusters = t.DedupClusters(config)
-            timed += [clusters] + [t.SignatureShard(config, i) for i in range(n)]
+            timed += [clusters] + [step(config, i) for i in range(n) for step in (t.SignatureShard, t.DedupBandKeys)]
+            timed += [t.DedupBand(config, b) for b in range(settings.dedup.bands + 1)]
             part["dedup"] = read(clusters.done_file())
         if name == "decontaminate":
             parts = range(settings.shuffle.num_shards)

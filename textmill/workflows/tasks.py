@@ -6,7 +6,8 @@ cleanup setting gives cleanup and everything after it new folders (they run agai
 before it are found complete. A shard task is complete when its manifest exists (written last); a
 global task when its `task.json` does.
 
-    BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
+    BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters
+      -> DedupShard(i) -> CleanShard(i)
       -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> DecontaminateCount(j) -> DecontaminateSelect
       -> DecontaminateShard(j) -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
 
@@ -202,8 +203,55 @@ class SignatureShard(ShardTask):
         signature_shard(ScrapeShard(self.config, self.shard).shard_file(), self.done_file(), self.settings.dedup)
 
 
+class DedupBandKeys(ShardTask):
+    """One shard's LSH band keys (and id key), each band sorted, for the per-band merges."""
+
+    stage = "3-lsh"
+
+    def own_key(self) -> str:
+        return key_of(SignatureShard(self.config, self.shard).key(), self.settings.dedup.bands)
+
+    def requires(self):
+        return SignatureShard(self.config, self.shard)
+
+    def shard_file(self) -> Path:
+        return self.folder() / f"{self.name()}.bands.parquet"
+
+    def done_file(self) -> Path:
+        from textmill.pipeline.dedup import bands_record
+
+        return bands_record(self.shard_file())
+
+    def run(self):
+        from textmill.pipeline.dedup import band_keys_shard
+
+        band_keys_shard(SignatureShard(self.config, self.shard).done_file(), self.shard_file(), self.settings.dedup)
+
+
+class DedupBand(RunTask):
+    """The candidate pairs of one LSH band (band number `bands`: documents with the same id), from a merge of
+    every shard's sorted keys; its file lies in the clusters' folder."""
+
+    stage = "3-dedup"
+    band = luigi.IntParameter(description="LSH band number")
+
+    def own_key(self) -> str:
+        return DedupClusters(self.config).key()
+
+    def requires(self):
+        return [DedupBandKeys(self.config, i) for i in range(num_url_files(self.settings))]
+
+    def done_file(self) -> Path:
+        return self.folder() / "pairs" / f"band-{self.band:03d}.parquet"
+
+    def run(self):
+        from textmill.pipeline.dedup import band_pairs, write_pairs
+
+        write_pairs(band_pairs([t.shard_file() for t in self.requires()], self.band), self.done_file())
+
+
 class DedupClusters(RunTask):
-    """Near-duplicate clusters over the whole corpus, from every shard's signatures."""
+    """Near-duplicate clusters over the whole corpus: every band's candidate pairs, confirmed and joined."""
 
     stage = "3-dedup"
 
@@ -212,16 +260,20 @@ class DedupClusters(RunTask):
         return key_of(shards, self.settings.dedup.params())
 
     def requires(self):
-        return [SignatureShard(self.config, i) for i in range(num_url_files(self.settings))]
+        return [DedupBand(self.config, b) for b in range(self.settings.dedup.bands + 1)]
 
     def clusters_file(self) -> Path:
         return self.folder() / "clusters.json"
 
     def run(self):
-        from textmill.pipeline.dedup import find_clusters
+        from textmill.pipeline.dedup import cluster_pairs, write_clusters
 
-        clusters = find_clusters([Path(t.path) for t in self.input()], self.settings.dedup)
-        write_json(clusters, self.clusters_file())
+        n = num_url_files(self.settings)
+        pairs = [t.done_file() for t in self.requires()]
+        counts = [json.loads(DedupBandKeys(self.config, i).done_file().read_text())["rows"] for i in range(n)]
+        signatures = [SignatureShard(self.config, i).done_file() for i in range(n)]
+        clusters = cluster_pairs(pairs[:-1], pairs[-1:], signatures, counts, self.settings.dedup)
+        write_clusters(clusters, self.settings.dedup, self.clusters_file())
         self.finish(**{k: v for k, v in clusters.items() if k != "duplicates"})
 
 
