@@ -1,0 +1,186 @@
+"""The corpus stages at scale: dedup, shuffle, decontaminate, BPE training (with --bpe) and tokenize of a
+synthetic corpus, run through the Luigi graph as `textmill run` runs them, with 1 and 2 workers.
+
+The corpus is written directly as the scrape stage's output shards (no fetching): documents of about 3 KB
+of Zipf-distributed English words (GPT-2's vocabulary), 5% of them lightly edited copies of earlier ones (near-duplicates for dedup),
+0.5% holding a LAMBADA passage (for decontamination against tests/data/lambada_test.jsonl). The stages are
+built one after the other (so no stage's wall time holds another's), every task in a process of its own
+(Luigi's force_multiprocessing), which records its peak resident set (ru_maxrss of the task's process, a
+fork of the scheduling process, so it includes the imports that process holds: read the ratios between
+sizes).
+
+    python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 5000] [--bpe]
+
+Prints, per corpus size and stage: wall time with 1 and 2 workers and their ratio, the largest peak RSS
+of any of the stage's tasks, documents/s; then the ratio of each stage's largest task RSS between the
+largest and the smallest corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LAMBADA = ROOT / "tests" / "data" / "lambada_test.jsonl"
+CONFIG = """\
+[run]
+work_dir = "work"
+urls = ["urls"]
+[clean]
+min_tokens = 16
+[shuffle]
+num_shards = {shards}
+[decontaminate]
+eval_files = ["{lambada}"]
+[tokenize]
+{tokenizer}
+[train]
+enabled = false
+"""
+
+
+def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool) -> Path:
+    """URL list files, the run file, and the scrape stage's output shards holding the synthetic documents."""
+    from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
+    from textmill.workflows.tasks import ScrapeShard
+
+    shards = -(-documents // per_shard)
+    (root / "urls").mkdir(parents=True)
+    for s in range(shards):
+        (root / "urls" / f"RS_{s:05d}.txt").write_text(f"https://example.org/{s}/a.html\n")
+    tokenizer = ('vocab_size = 8192' if bpe else
+                 f'vocab_file = "{ROOT}/tests/data/gpt2-vocab.json"\nmerge_file = "{ROOT}/tests/data/gpt2-merges.txt"')
+    config = root / "run.toml"
+    config.write_text(CONFIG.format(shards=shards, lambada=LAMBADA, tokenizer=tokenizer))
+    rng = np.random.default_rng(0)
+    vocab = json.loads((ROOT / "tests" / "data" / "gpt2-vocab.json").read_text())  # in id order: common first
+    words = np.array([w[1:] for w in vocab if w.startswith("Ġ") and w[1:].isalpha() and w[1:].islower()][:20000])
+    cdf = np.cumsum(1.0 / np.arange(1, len(words) + 1))  # Zipf
+    cdf /= cdf[-1]
+    passages = [json.loads(line)["text"] for line in LAMBADA.read_text().splitlines()]
+    made: list[str] = []
+    for s in range(shards):
+        rows = []
+        for i in range(s * per_shard, min((s + 1) * per_shard, documents)):
+            if made and rng.random() < 0.05:  # a near-duplicate of an earlier document: a few words changed
+                text = made[int(rng.integers(len(made)))].split(" ")
+                for j in rng.integers(len(text), size=len(text) // 100 + 1):
+                    text[j] = str(words[np.searchsorted(cdf, rng.random())])
+                text = " ".join(text)
+            else:
+                text = " ".join(words[np.searchsorted(cdf, rng.random(int(rng.integers(300, 700))))])
+                if rng.random() < 0.005:
+                    text = text + " " + passages[int(rng.integers(len(passages)))] + " " + text[:500]
+            if len(made) < 20000:
+                made.append(text)
+            rows.append({"id": f"{s}-{i}", "url": f"https://example.org/{s}/{i}", "text": text})
+        output = ScrapeShard(str(config), s).shard_file()
+        with ShardOutput("scrape", output, DOC_SCHEMA, [], {}) as stage:
+            for row in rows:
+                stage.keep(row)
+            stage.finish(len(rows))
+    return config
+
+
+def record_task(task, *_args) -> None:
+    """Runs in the task's own process when it succeeds: its wall time and peak resident set."""
+    started = getattr(task, "_bench_started", None)
+    if started is None:
+        return
+    line = {"family": task.get_task_family(), "start": started, "end": time.time(),
+            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    with open(os.environ["BENCH_TASK_LOG"], "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def mark_start(task) -> None:
+    task._bench_started = time.time()
+
+
+def stage_targets(config: Path, bpe: bool) -> list[tuple[str, list]]:
+    """The stages in graph order, each as the tasks that finish it."""
+    from textmill.workflows import tasks as t
+
+    n = t.num_url_files(t.run_config(str(config)))
+    stages = [("dedup", [t.DedupShard(str(config), i) for i in range(n)]),
+              ("clean", [t.CleanShard(str(config), i) for i in range(n)]),
+              ("shuffle", [t.Shuffle(str(config))]), ("decontaminate", [t.Decontaminate(str(config))])]
+    return stages + ([("bpe", [t.TrainTokenizer(str(config))])] if bpe else []) + [("tokenize", [t.MergeDataset(str(config))])]
+
+
+def build(config: Path, workers: int, log: Path, bpe: bool) -> dict[str, dict]:
+    """Each stage built in turn (so no stage's time holds another's): its wall time, its tasks' largest
+    peak RSS and how many tasks it ran."""
+    import luigi
+
+    from textmill.workflows.runner import Schedulers, configure_luigi
+    from textmill.workflows.tasks import RunTask
+
+    configure_luigi()
+    luigi.configuration.get_config().set("worker", "force_multiprocessing", "true")
+    RunTask.event_handler(luigi.Event.START)(mark_start)
+    RunTask.event_handler(luigi.Event.SUCCESS)(record_task)
+    os.environ["BENCH_TASK_LOG"] = str(log)
+    result = {}
+    for stage, targets in stage_targets(config, bpe):
+        log.write_text("")
+        started = time.perf_counter()
+        if not luigi.build(targets, workers=workers, local_scheduler=True, log_level="WARNING",
+                           worker_scheduler_factory=Schedulers()):
+            raise SystemExit(f"{stage} of {config} failed")
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        result[stage] = {"wall": time.perf_counter() - started, "rss": max(r["rss"] for r in records),
+                         "tasks": len(records)}
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--documents", type=int, nargs="+", default=[20000, 100000], help="corpus sizes to run")
+    ap.add_argument("--shard-documents", type=int, default=5000, help="documents per shard (and per URL list file)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Luigi worker counts to compare")
+    ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
+    args = ap.parse_args()
+    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}; {args.shard_documents} documents a shard\n")
+    print("| documents | stage | tasks | " + " | ".join(f"{w} worker{'s' * (w > 1)} (s)" for w in args.workers)
+          + f" | ratio {args.workers[-1]}:{args.workers[0]} | largest task RSS (MiB) | documents/s ({args.workers[-1]} workers) |")
+    print("|---:|---|---:|" + "---:|" * len(args.workers) + "---:|---:|---:|")
+    largest: dict[int, dict[str, int]] = {}
+    for documents in args.documents:
+        results = {}
+        for workers in args.workers:
+            with tempfile.TemporaryDirectory() as tmp:
+                config = write_corpus(Path(tmp), documents, args.shard_documents, args.bpe)
+                log = Path(tmp) / "tasks.jsonl"
+                results[workers] = build(config, workers, log, args.bpe)
+                shutil.rmtree(Path(tmp) / "work")
+        first = results[args.workers[0]]
+        largest[documents] = {stage: max(r[stage]["rss"] for r in results.values()) for stage in first}
+        for stage in first:
+            walls = [results[w][stage]["wall"] for w in args.workers]
+            print(f"| {documents:,} | {stage} | {first[stage]['tasks']} | " + " | ".join(f"{w:.1f}" for w in walls)
+                  + f" | {walls[-1] / walls[0]:.2f} | {largest[documents][stage] / 2**20:,.0f} | "
+                  f"{documents / walls[-1]:,.0f} |", flush=True)
+    if len(args.documents) > 1:
+        small, big = args.documents[0], args.documents[-1]
+        print(f"\nLargest task RSS, {big:,} documents over {small:,}:\n")
+        print("| stage | ratio |\n|---|---:|")
+        for stage, rss in largest[big].items():
+            print(f"| {stage} | {rss / largest[small][stage]:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
