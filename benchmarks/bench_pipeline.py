@@ -34,7 +34,7 @@ def bench_scrape(pages: int, latency: float, levels: list[int]) -> list[tuple]:
     with synthweb.serve(web, latency_s=latency) as server, tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "urls.txt").write_text("\n".join(synthweb.base_url(server) + p for p in web.url_paths) + "\n")
-        blacklist_files([tmp / "urls.txt"], tmp / "bl", UrlRules())
+        blacklist_files([tmp / "urls.txt"], tmp / "bl", UrlRules(), partitions=2)
         for level in levels:
             out = tmp / f"sc{level}"
             started = time.perf_counter()

@@ -1,5 +1,5 @@
-"""The Luigi graph at scale: how long building and checking it takes as URL-list files grow, and the
-blacklist chain with and without the in-process hand-over of seen URL ids.
+"""The Luigi graph at scale: how long building and checking it takes as URL-list files grow, and how the
+blacklist's time grows with the number of URL-list files.
 
     python benchmarks/bench_workflow.py [--files 100 300 1000] [--urls-per-file 50] [--chain 200]
 
@@ -7,9 +7,8 @@ Part 1 writes --files URL-list files (generated URLs, --urls-per-file each) and 
 training, then in a fresh process walks the whole graph the way `textmill status` does (every task's key,
 requirements and completeness); the ratio is the time per task against the smallest graph's: at or
 below 1.0, the work grows no faster than the number of files (fixed costs spread over more tasks).
-Part 2 runs the chained blacklist shards of --chain files in one process: each shard reading every
-earlier shard's ids (what a shard does when it did not just follow its predecessor here) against each
-taking the set the previous shard left.
+Part 2 runs every blacklist step (a check per file, the duplicates per partition of the URL ids, a shard
+per file) in one process for --chain / 4 and --chain files; a ratio per file near 1.0 is linear growth.
 """
 
 from __future__ import annotations
@@ -49,15 +48,17 @@ def walk(config: Path) -> tuple[int, float]:
     return int(tasks), float(seconds)
 
 
-def blacklist_chain(config: Path, hand_over: bool) -> float:
+def blacklist_steps(config: Path) -> float:
+    """The blacklist of every URL file in one process: each check, each partition's duplicates, each shard."""
     from textmill.workflows import memos, tasks as t
 
-    n = t.num_url_files(memos.run_config(str(config)))
+    settings = memos.run_config(str(config))
+    n = t.num_url_files(settings)
     started = time.perf_counter()
-    for i in range(n):
-        if not hand_over:
-            memos.KEPT_URL_IDS.clear()
-        t.BlacklistShard(str(config), i).run()
+    for task in ([t.BlacklistCheck(str(config), i) for i in range(n)]
+                 + [t.BlacklistDuplicates(str(config), p) for p in range(settings.blacklist.duplicate_partitions)]
+                 + [t.BlacklistShard(str(config), i) for i in range(n)]):
+        task.run()
     return time.perf_counter() - started
 
 
@@ -65,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, nargs="+", default=[100, 300, 1000], help="URL-list files per graph")
     parser.add_argument("--urls-per-file", type=int, default=50, help="URLs in each file")
-    parser.add_argument("--chain", type=int, default=200, help="URL-list files in the blacklist chain of part 2")
+    parser.add_argument("--chain", type=int, default=200, help="URL-list files of the larger blacklist of part 2")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}")
 
@@ -80,14 +81,14 @@ def main() -> None:
             base = base or per_task
             print(f"| {files} | {tasks} | {seconds:.2f} | {per_task:.2f} | {per_task / base:.2f} |")
 
-        print(f"\n## Blacklist chain of {args.chain} files, {args.urls_per_file} URLs each (one process)\n")
-        print("| earlier shards' ids | seconds | ratio |")
-        print("|---|---:|---:|")
-        reread = blacklist_chain(write_run(Path(tmp) / "chain-reread", args.chain, args.urls_per_file), hand_over=False)
-        handed = blacklist_chain(write_run(Path(tmp) / "chain-handed", args.chain, args.urls_per_file), hand_over=True)
-        print(f"| read from every earlier shard (baseline) | {reread:.2f} | 1.00 |")
-        print(f"| handed over by the previous shard | {handed:.2f} | {handed / reread:.2f} |")
-
+        print(f"\n## Blacklist of URL-list files, {args.urls_per_file} URLs each (one process, every step)\n")
+        print("| URL files | seconds | ms per file | ratio per file |")
+        print("|---:|---:|---:|---:|")
+        base = None
+        for files in (args.chain // 4, args.chain):
+            seconds = blacklist_steps(write_run(Path(tmp) / f"blacklist-{files}", files, args.urls_per_file))
+            base = base or seconds / files
+            print(f"| {files} | {seconds:.2f} | {1000 * seconds / files:.1f} | {seconds / files / base:.2f} |")
 
 if __name__ == "__main__":
     main()

@@ -59,7 +59,7 @@ def test_files_compressed_duplicates_and_order(tmp_path):
         f.write(b"https://example.com/4\n\xff\xfe bad bytes\n")
     with lzma.open(tmp_path / "in" / "d.xz", "wt") as f:
         f.write("https://example.com/5\n")
-    manifests = blacklist_files([tmp_path / "in"], tmp_path / "out", RULES)
+    manifests = blacklist_files([tmp_path / "in"], tmp_path / "out", RULES, partitions=3)
     assert [m["output"] for m in manifests] == ["a.parquet", "b.parquet", "c.parquet", "d.parquet"]
     assert pq.read_table(tmp_path / "out" / "a.parquet").column("url").to_pylist() == [
         "https://example.com/1",
@@ -92,3 +92,20 @@ def test_cli_summary_and_errors(tmp_path):
     missing = run_cli("blacklist", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "out"))
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [f"textmill: error: input not found: {tmp_path / 'missing.txt'}"]
+
+
+def test_the_duplicate_check_is_the_same_with_any_number_of_partitions(tmp_path):
+    lines = [f"https://site{i % 7}.example.com/page/{i % 40}" for i in range(300)]  # 280 distinct, then repeats
+    (tmp_path / "in").mkdir()
+    for k in range(4):  # each file repeats URLs of the others and its own
+        mine = lines[k * 50 : k * 50 + 120]
+        (tmp_path / "in" / f"RS_{k}.txt").write_text("\n".join(mine + mine[:10]) + "\n")
+    outputs = {}
+    for partitions in (1, 3, 16):
+        out = tmp_path / f"p{partitions}"
+        blacklist_files([tmp_path / "in"], out, RULES, partitions=partitions)
+        outputs[partitions] = {p.name: p.read_bytes() for p in out.glob("*.parquet")}
+        assert not (out / ".checked").exists()
+    assert outputs[1] == outputs[3] == outputs[16] and len(outputs[1]) == 8
+    kept = [u for k in range(4) for u in pq.read_table(tmp_path / "p3" / f"RS_{k}.parquet").column("url").to_pylist()]
+    assert len(kept) == len(set(kept)) == len(set(lines[:270]))  # every distinct URL once, where it is first seen

@@ -28,7 +28,7 @@ FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000
 
 def url_shard(tmp_path: Path, urls: list[str]) -> Path:
     (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
-    blacklist_files([tmp_path / "urls.txt"], tmp_path / "bl", UrlRules())
+    blacklist_files([tmp_path / "urls.txt"], tmp_path / "bl", UrlRules(), partitions=2)
     return tmp_path / "bl" / "urls.parquet"
 
 

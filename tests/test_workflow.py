@@ -52,8 +52,9 @@ split = "90,10,0"
 lambada = ["eval.jsonl"]
 """
 
-STAGES = ["1-blacklist", "2-scrape", "3-minhash", "3-dedup", "3-lsh", "4-clean", "5-shuffle", "5-shuffle-scatter",
-          "6-decontaminate", "7-tokenizer", "8-tokenize", "9-dataset"]
+STAGES = ["1-blacklist", "1-blacklist-check", "1-blacklist-duplicates", "2-scrape", "3-minhash", "3-dedup", "3-lsh",
+          "4-clean", "5-shuffle", "5-shuffle-scatter", "6-decontaminate", "7-tokenizer", "8-tokenize", "9-dataset"]
+PER_URL_FILE = ("1-blacklist", "1-blacklist-check", "1-blacklist-duplicates", "2-scrape", "3-minhash", "3-lsh")
 
 
 
@@ -202,10 +203,10 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
     make_run(tmp_path / "grow", site, files=3)  # the third list file arrives
     assert run_workflow(config)[0]
     second = folders(tmp_path / "grow" / "work")
-    for stage in ("1-blacklist", "2-scrape", "3-minhash", "3-lsh"):
-        assert len(second[stage] - first[stage]) == 1, stage  # the new shard's folder only
+    for stage in PER_URL_FILE:
+        assert len(second[stage] - first[stage]) == 1, stage  # the new file's folder only
     assert {p: p.stat().st_mtime_ns for p in signatures} == signatures  # old signatures reused as they were
-    for stage in STAGES[3:]:
+    for stage in set(STAGES) - set(PER_URL_FILE):
         assert second[stage] - first[stage], stage
 
     # The same corpus as a run that had all three files from the start.

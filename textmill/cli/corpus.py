@@ -23,7 +23,8 @@ def cmd_blacklist(args) -> str:
     from textmill.pipeline.blacklist import UrlRules, blacklist_files
 
     timer = Timer()
-    manifests = blacklist_files(args.inputs, Path(args.output), UrlRules.with_extra(from_namespace(BlacklistConfig, args)))
+    config = from_namespace(BlacklistConfig, args)
+    manifests = blacklist_files(args.inputs, Path(args.output), UrlRules.with_extra(config), config.duplicate_partitions)
     return summary_line("blacklist", manifests, Path(args.output), timer.seconds)
 
 

@@ -5,6 +5,12 @@ undecodable, too_short, malformed, bad_scheme, domain_blacklisted=<label>, exten
 duplicate. Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
 order changes from run to run), URLs are normalised before the duplicate check, and each input file
 becomes one output shard, so adding a file later leaves the shards of the earlier files untouched.
+
+A URL kept from an earlier file (or earlier in its own) is a duplicate. That check is map/reduce, so that
+many workers share it and none holds every URL: `check_file` applies the rules to one file and sorts the
+ids that passed by the partition their hash falls in; `find_duplicates` goes through one partition of
+every file in file order, the first occurrence winning; `blacklist_shard` writes one file's shard with
+the duplicates the partitions found in it.
 """
 
 from __future__ import annotations
@@ -13,19 +19,24 @@ import bz2
 import gzip
 import hashlib
 import ipaddress
+import itertools
 import lzma
 import re
+import shutil
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import tldextract
 
 from textmill.errors import TextmillError
 from textmill.pipeline.config import BlacklistConfig
-from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, shard_name
+from textmill.io.files import atomic_path, read_json_record, write_json
+from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, shard_name, write_table
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
 _TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -154,44 +165,125 @@ def url_list_shard_name(path: Path) -> str:
     return shard_name(name)
 
 
-def blacklist_file(path: Path, output: Path, rules: UrlRules, seen: set[str]) -> dict:
-    """Filter one URL list into `output` (Parquet of id, url, source). `seen` holds the ids of URLs kept
-    from earlier files and is updated, so duplicates across files are rejected too. Returns the manifest."""
-    n_input = blank = 0
-    with ShardOutput("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
-        for lineno, raw in read_url_lines(path):
-            source = f"{path.name}:{lineno}"
-            if not raw.strip():
-                blank += 1  # not a record; counted in the manifest
-                continue
-            n_input += 1
-            try:
-                url = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                stage.reject({"id": None, "url": raw.decode("utf-8", "backslashreplace"), "source": source}, "undecodable")
-                continue
-            normalized, reason = check_url(url, rules)
-            if reason:
-                stage.reject({"id": None, "url": url, "source": source}, reason)
-                continue
-            uid = url_id(normalized)
-            row = {"id": uid, "url": normalized, "source": source}
-            if uid in seen:
-                stage.reject(row, "duplicate")
-                continue
-            seen.add(uid)
-            stage.keep(row)
-        return stage.finish(n_input, blank_lines=blank)
+def checked_record(checked: Path) -> Path:
+    return checked.with_name(checked.name.removesuffix(".parquet") + ".json")
 
 
-def blacklist_files(inputs: Iterable[str | Path], output_dir: Path, rules: UrlRules) -> list[dict]:
-    """Blacklist every URL list of `inputs` (files or directories, taken in sorted order) into one shard
-    each in `output_dir`; a URL kept from an earlier file is a duplicate in a later one."""
+def partition_of(uid: str, partitions: int) -> int:
+    return int(uid[:8], 16) % partitions  # ids are hex digests: their first bits are already uniform
+
+
+def check_file(path: Path, output: Path, rules: UrlRules, partitions: int) -> dict:
+    """Step 1, per URL list: every line checked against the rules, in input order, into `output` (URL rows
+    with their reject reason, if any; a repeat within the file is a duplicate already), then the ids that
+    passed in a second file, sorted by the partition their id falls in (one row group each), then the
+    record of both (written last). Returns the record."""
+    rows, blank, seen = [], 0, set()
+    for lineno, raw in read_url_lines(path):
+        source = f"{path.name}:{lineno}"
+        if not raw.strip():
+            blank += 1  # not a record; counted in the manifest
+            continue
+        try:
+            url = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            rows.append({"id": None, "url": raw.decode("utf-8", "backslashreplace"), "source": source,
+                         "reason": "undecodable"})
+            continue
+        normalized, reason = check_url(url, rules)
+        if reason:
+            rows.append({"id": None, "url": url, "source": source, "reason": reason})
+            continue
+        uid = url_id(normalized)
+        rows.append({"id": uid, "url": normalized, "source": source, "reason": "duplicate" if uid in seen else None})
+        seen.add(uid)
+    write_table(pa.Table.from_pylist(rows, schema=reject_schema(URL_SCHEMA)), output)
+    passed = [(partition_of(r["id"], partitions), r["id"], n) for n, r in enumerate(rows) if r["reason"] is None]
+    passed.sort()
+    ids = pa.table({"id": pa.array([p[1] for p in passed], pa.string()),
+                    "position": pa.array([p[2] for p in passed], pa.int64())})
+    groups: dict[str, int] = {}
+    with atomic_path(ids_path(output)) as tmp:
+        with pq.ParquetWriter(tmp, ids.schema, compression="zstd") as writer:
+            start = 0
+            for part, members in itertools.groupby(p[0] for p in passed):
+                count = len(list(members))
+                writer.write_table(ids.slice(start, count), row_group_size=count)
+                groups[str(part)] = len(groups)
+                start += count
+    record = {"input": path.name, "rows": len(rows), "blank_lines": blank, "partitions": partitions,
+              "row_groups": groups}
+    write_json(record, checked_record(output))
+    return record
+
+
+def ids_path(checked: Path) -> Path:
+    return checked.with_name(checked.name.removesuffix(".parquet") + ".ids.parquet")
+
+
+def find_duplicates(checked_files: list[Path], partition: int, output: Path) -> int:
+    """Step 2, per partition: the URLs of this partition seen in an earlier file, as (file, position)
+    rows sorted by both, into `output`. The first occurrence in file order wins. Memory: one partition's
+    ids. Returns how many duplicates it found."""
     seen: set[str] = set()
-    return [
-        blacklist_file(path, output_dir / f"{url_list_shard_name(path)}.parquet", rules, seen)
-        for path in url_list_files(inputs)
-    ]
+    files, positions = [], []
+    for number, checked in enumerate(checked_files):
+        record = read_json_record(checked_record(checked), "check that URL list again")
+        if record is None:
+            raise TextmillError(f"{checked} has no whole record; check that URL list again")
+        group = record["row_groups"].get(str(partition))
+        if group is None:
+            continue
+        part = pq.ParquetFile(ids_path(checked)).read_row_group(group)
+        for uid, position in zip(part["id"].to_pylist(), part["position"].to_pylist()):
+            if uid in seen:
+                files.append(number)
+                positions.append(position)
+            else:
+                seen.add(uid)
+    order = sorted(range(len(files)), key=lambda k: (files[k], positions[k]))
+    write_table(pa.table({"file": pa.array([files[k] for k in order], pa.int32()),
+                          "position": pa.array([positions[k] for k in order], pa.int64())}), output)
+    return len(files)
+
+
+def blacklist_shard(path: Path, checked: Path, number: int, duplicate_files: list[Path], output: Path,
+                    rules: UrlRules) -> dict:
+    """Step 3, per URL list: its shard, as one pass over every file would write it: the URLs that passed
+    the rules and were not seen in an earlier file are kept, in input order. Returns the manifest."""
+    repeated = set()
+    for part in duplicate_files:
+        table = pq.read_table(part, filters=[("file", "=", number)])
+        repeated.update(table["position"].to_pylist())
+    record = read_json_record(checked_record(checked), "check that URL list again")
+    table = pq.read_table(checked)
+    with ShardOutput("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
+        for position, row in enumerate(table.to_pylist()):
+            reason = row.pop("reason") or ("duplicate" if position in repeated else None)
+            if reason:
+                stage.reject(row, reason)
+            else:
+                stage.keep(row)
+        return stage.finish(table.num_rows, blank_lines=record["blank_lines"])
+
+
+def blacklist_files(inputs: Iterable[str | Path], output_dir: Path, rules: UrlRules, partitions: int) -> list[dict]:
+    """Blacklist every URL list of `inputs` (files or directories, taken in sorted order) into one shard
+    each in `output_dir`, by the three steps (scratch files in output_dir/.checked, removed after); a URL
+    kept from an earlier file is a duplicate in a later one."""
+    paths = url_list_files(inputs)
+    scratch = output_dir / ".checked"
+    shutil.rmtree(scratch, ignore_errors=True)
+    checked = [scratch / f"{k:05d}.parquet" for k in range(len(paths))]
+    for path, out in zip(paths, checked):
+        check_file(path, out, rules, partitions)
+    duplicates = [scratch / f"duplicates-{p:05d}.parquet" for p in range(partitions)]
+    for p, out in enumerate(duplicates):
+        find_duplicates(checked, p, out)
+    manifests = [blacklist_shard(path, checked[k], k, duplicates, output_dir / f"{url_list_shard_name(path)}.parquet", rules)
+                 for k, path in enumerate(paths)]
+    shutil.rmtree(scratch)
+    return manifests
 
 
 def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:

@@ -26,6 +26,8 @@ class StageConfig(Settings):
 class BlacklistConfig(StageConfig):
     domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")
+    duplicate_partitions: int = setting(16, "partitions of the URL ids for the duplicate check, each a task of its own "
+                                        "(does not change the output)", least=1, keyed=False)
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,16 @@
 """
 
 from textmill.workflows.runner import configure_luigi
-from textmill.workflows.tasks import (BlacklistShard, CleanShard, Corpus, Decontaminate, DecontaminateCount,
-                                      DecontaminateSelect, DecontaminateShard, DedupBand, DedupBandKeys, DedupClusters,
-                                      DedupShard, EndToEnd, EvaluateLambada, ExportHF, MergeDataset, ScrapeShard,
-                                      Shuffle, ShuffleGather, ShuffleScatter, SignatureShard, TokenizeShard, TrainGPT,
-                                      TrainTokenizer)
+from textmill.workflows.tasks import (BlacklistCheck, BlacklistDuplicates, BlacklistShard, CleanShard, Corpus,
+                                      Decontaminate, DecontaminateCount, DecontaminateSelect, DecontaminateShard,
+                                      DedupBand, DedupBandKeys, DedupClusters, DedupShard, EndToEnd, EvaluateLambada,
+                                      ExportHF, MergeDataset, ScrapeShard, Shuffle, ShuffleGather, ShuffleScatter,
+                                      SignatureShard, TokenizeShard, TrainGPT, TrainTokenizer)
 
 configure_luigi()
 
-__all__ = ["BlacklistShard", "CleanShard", "Corpus", "Decontaminate", "DecontaminateCount", "DecontaminateSelect",
-           "DecontaminateShard", "DedupBand", "DedupBandKeys", "DedupClusters", "DedupShard", "EndToEnd",
-           "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard", "Shuffle", "ShuffleGather", "ShuffleScatter",
-           "SignatureShard", "TokenizeShard", "TrainGPT", "TrainTokenizer"]
+__all__ = ["BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "CleanShard", "Corpus", "Decontaminate",
+           "DecontaminateCount", "DecontaminateSelect", "DecontaminateShard", "DedupBand", "DedupBandKeys",
+           "DedupClusters", "DedupShard", "EndToEnd", "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard",
+           "Shuffle", "ShuffleGather", "ShuffleScatter", "SignatureShard", "TokenizeShard", "TrainGPT",
+           "TrainTokenizer"]

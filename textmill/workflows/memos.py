@@ -20,11 +20,6 @@ TASK_KEYS: dict[tuple, str] = {}
 # The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
 BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
 
-# The URL ids kept by the blacklist shards up to the one keyed, left by that shard for the next one when
-# both run in this process (one worker), so a full build reads each shard once rather than once per later
-# shard. Holds one entry at a time.
-KEPT_URL_IDS: dict[str, set[str]] = {}
-
 
 def run_config(config: str) -> RunConfig:
     """The run's configuration, read again only when the file changes."""

@@ -262,6 +262,9 @@ def corpus_record(config: str) -> dict:
         else:
             manifests = [read(manifest_path(p)) for p in tasks[0].shards()]
         timed = list(tasks)
+        if name == "blacklist":
+            timed += [t.BlacklistCheck(config, i) for i in range(n)]
+            timed += [t.BlacklistDuplicates(config, p) for p in range(settings.blacklist.duplicate_partitions)]
         if name == "shuffle":
             timed += [t.ShuffleScatter(config, i) for i in range(n)]
             timed += [t.ShuffleGather(config, b) for b in range(settings.shuffle.num_shards)]

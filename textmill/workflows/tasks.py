@@ -6,14 +6,15 @@ cleanup setting gives cleanup and everything after it new folders (they run agai
 before it are found complete. A shard task is complete when its manifest exists (written last); a
 global task when its `task.json` does.
 
-    BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters
-      -> DedupShard(i) -> CleanShard(i)
+    BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i)
+      -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
       -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> DecontaminateCount(j) -> DecontaminateSelect
       -> DecontaminateShard(j) -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
 
-A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does), so
-BlacklistShard(i) waits for BlacklistShard(i - 1) and its key covers the files up to i: a list file added
-at the end leaves every earlier shard, its scrape and its MinHash signatures as they are.
+A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does): the
+check is map/reduce (BlacklistCheck per file, BlacklistDuplicates per partition of the URL ids), and
+BlacklistShard(i)'s key covers the files up to i: a list file added at the end leaves every earlier shard,
+its scrape and its MinHash signatures as they are.
 
 One module of about 550 lines on purpose: the tasks are the graph above, read top to bottom in stage
 order, each a few lines of requires/output/run; split up, a reader would chase one chain across files.
@@ -33,7 +34,7 @@ from textmill.config import RunConfig
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import file_fingerprint, read_json_record, write_json
 from textmill.pipeline.shards import manifest_path
-from textmill.workflows.memos import BLACKLIST_KEYS, KEPT_URL_IDS, TASK_KEYS, listed_url_files, run_config
+from textmill.workflows.memos import BLACKLIST_KEYS, TASK_KEYS, listed_url_files, run_config
 
 TASK_FILE = "task.json"
 
@@ -142,30 +143,71 @@ def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
     return BLACKLIST_KEYS[settings, stamps]
 
 
-class BlacklistShard(ShardTask):
-    stage = "1-blacklist"
+class BlacklistCheck(ShardTask):
+    """One URL list against the rules, and the ids that passed sorted by partition (map)."""
 
-    def rules(self):
-        return url_rules(self.settings)
+    stage = "1-blacklist-check"
+
+    def own_key(self) -> str:
+        path = url_files(self.settings)[self.shard]
+        return key_of(file_fingerprint(path)["sha256"], url_rules(self.settings).params(),
+                      self.settings.blacklist.duplicate_partitions)
+
+    def shard_file(self) -> Path:
+        return self.folder() / f"{self.name()}.checked.parquet"
+
+    def done_file(self) -> Path:
+        from textmill.pipeline.blacklist import checked_record
+
+        return checked_record(self.shard_file())
+
+    def run(self):
+        from textmill.pipeline.blacklist import check_file
+
+        check_file(url_files(self.settings)[self.shard], self.shard_file(), url_rules(self.settings),
+                   self.settings.blacklist.duplicate_partitions)
+
+
+class BlacklistDuplicates(RunTask):
+    """The URLs of one partition already seen in an earlier list file (reduce): the first occurrence wins."""
+
+    stage = "1-blacklist-duplicates"
+    partition = luigi.IntParameter(description="partition of the URL ids")
+
+    def own_key(self) -> str:
+        return key_of([BlacklistCheck(self.config, i).key() for i in range(num_url_files(self.settings))])
+
+    def requires(self):
+        return [BlacklistCheck(self.config, i) for i in range(num_url_files(self.settings))]
+
+    def done_file(self) -> Path:
+        return self.folder() / f"part-{self.partition:05d}.parquet"
+
+    def run(self):
+        from textmill.pipeline.blacklist import find_duplicates
+
+        find_duplicates([t.shard_file() for t in self.requires()], self.partition, self.done_file())
+
+
+class BlacklistShard(ShardTask):
+    """One URL list's shard: what passed the rules and was not seen before it. Its key covers the list
+    files up to it (blacklist_keys), so a file added at the end leaves it as it is."""
+
+    stage = "1-blacklist"
 
     def own_key(self) -> str:
         return blacklist_keys(self.settings, url_stamps(self.settings))[self.shard]
 
     def requires(self):
-        return [BlacklistShard(self.config, self.shard - 1)] if self.shard > 0 else []
+        partitions = range(self.settings.blacklist.duplicate_partitions)
+        return [BlacklistCheck(self.config, self.shard)] + [BlacklistDuplicates(self.config, p) for p in partitions]
 
     def run(self):
-        from textmill.pipeline.blacklist import blacklist_file
-        from textmill.pipeline.shards import read_rows
+        from textmill.pipeline.blacklist import blacklist_shard
 
-        previous = BlacklistShard(self.config, self.shard - 1).key() if self.shard else None
-        seen = KEPT_URL_IDS.pop(previous, None)
-        if seen is None:  # not the shard this process did last: read what every earlier shard kept
-            seen = {row["id"] for i in range(self.shard)
-                    for row in read_rows(BlacklistShard(self.config, i).shard_file(), columns=["id"])}
-        blacklist_file(url_files(self.settings)[self.shard], self.shard_file(), self.rules(), seen)
-        KEPT_URL_IDS.clear()
-        KEPT_URL_IDS[self.key()] = seen
+        check, *duplicates = self.requires()
+        blacklist_shard(url_files(self.settings)[self.shard], check.shard_file(), self.shard,
+                        [t.done_file() for t in duplicates], self.shard_file(), url_rules(self.settings))
 
 
 class ScrapeShard(ShardTask):
