@@ -8,7 +8,8 @@ import pytest
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_merges, padded_vocab_size
-from textmill.tokenizers.train import train_bpe, vocab_files
+from textmill.tokenizers.config import TokenizeConfig
+from textmill.tokenizers.train import sampled_texts, train_bpe, train_bpe_on_files, vocab_files
 from textmill.megatron.indexed import IndexedDataset, IndexedDatasetWriter, merge_datasets, optimal_dtype
 
 from conftest import TEST_DATA
@@ -159,3 +160,22 @@ def test_trained_bpe_is_a_gpt2_vocabulary_that_every_loader_agrees_on(tmp_path):
         assert a.read_bytes() == b.read_bytes()
     with pytest.raises(TextmillError, match="at least 257"):
         train_bpe(iter(texts), 100, tmp_path / "c")
+
+
+def test_a_bpe_is_trained_on_a_seeded_bounded_sample_of_a_large_corpus(tmp_path):
+    rng = random.Random(2)
+    lines = [json.dumps({"text": f"doc {i}: " + " ".join(synthweb.prose(rng, 1))}) for i in range(1000)]
+    for k in range(2):
+        (tmp_path / f"part{k}.jsonl").write_text("\n".join(lines[k * 500 : (k + 1) * 500]) + "\n")
+    files = sorted(tmp_path.glob("*.jsonl"))
+    sample = list(sampled_texts(files, ("text",), 100, seed=0))
+    assert 60 <= len(sample) <= 140 and sample == list(sampled_texts(files, ("text",), 100, seed=0))
+    assert sample != list(sampled_texts(files, ("text",), 100, seed=1))
+    assert set(sample) <= {json.loads(line)["text"] for line in lines}
+    assert len(list(sampled_texts(files, ("text",), 1000, seed=0))) == 1000  # no more than asked: all of it
+
+    small = train_bpe_on_files(files, tmp_path / "small", TokenizeConfig(vocab_size=400, bpe_sample_documents=100))
+    again = train_bpe_on_files(files, tmp_path / "again", TokenizeConfig(vocab_size=400, bpe_sample_documents=100))
+    assert [p.read_bytes() for p in small.files] == [p.read_bytes() for p in again.files]
+    on_sample = train_bpe(iter(sample), 400, tmp_path / "direct")
+    assert [p.read_bytes() for p in small.files] == [p.read_bytes() for p in on_sample.files]

@@ -82,8 +82,7 @@ TABLES = {
     "decontaminate": Table(DecontaminateConfig),
     "tokenize": Table(TokenizeConfig, {"json_keys": "the workflow tokenizes the documents' text",
                                        "workers": "the workflow tokenizes each shard in one thread (textmill run "
-                                       "--workers sets how many at once)",
-                                       "min_frequency": "the workflow trains its BPE with the default"}),
+                                       "--workers sets how many at once)"}),
     "train": Table(TrainSection),
     "evaluate": Table(EvaluateSection),
     "export": Table(ExportSection),

@@ -23,7 +23,7 @@ def cmd_tokenize(args) -> str:
     if config.vocab_file:
         tokenizer = GPT2Tokenizer(config.vocab_file, config.merge_file)
     else:
-        tokenizer = train_bpe_on_files(inputs, config.json_keys, config.vocab_size, args.output_prefix, config.min_frequency)
+        tokenizer = train_bpe_on_files(inputs, args.output_prefix, config)
         lines.append(trained_tokenizer_line(tokenizer))
     m = tokenize_files(inputs, args.output_prefix, tokenizer, config)
     datasets = [str(dataset_prefix(args.output_prefix, key)) for key in m["counts"]["tokens"]]
@@ -37,8 +37,7 @@ def cmd_train_tokenizer(args) -> str:
 
     timer = Timer()
     config = from_namespace(TokenizeConfig, args)
-    tokenizer = train_bpe_on_files(list_shards(args.inputs), config.json_keys, config.vocab_size, args.output_prefix,
-                                   config.min_frequency)
+    tokenizer = train_bpe_on_files(list_shards(args.inputs), args.output_prefix, config)
     return f"{trained_tokenizer_line(tokenizer)} {seconds_tag(timer.seconds)}"
 
 

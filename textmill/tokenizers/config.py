@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textmill.errors import TextmillError
-from textmill.settings import Settings, setting
+from textmill.settings import SEED_MAX, Settings, setting
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,9 @@ class TokenizeConfig(Settings):
     vocab_size: int = setting(50257, "size of a trained BPE: 256 bytes + merges + <|endoftext|> (when no vocab_file)",
                               least=257)
     min_frequency: int = setting(2, "a pair seen fewer times is never merged when a BPE is trained", least=1)
+    bpe_sample_documents: int = setting(200_000, "a BPE is trained on at most about this many documents: a seeded "
+                                        "sample of the corpus when it has more", least=1)
+    bpe_sample_seed: int = setting(0, "seed of that sample", least=0, most=SEED_MAX)
     json_keys: tuple[str, ...] = setting(("text",), "fields to tokenize; one dataset per field", nargs="+")
     append_eod: bool = setting(True, "end every non-empty document with <|endoftext|> (Megatron's preprocess_data.py "
                                "does so only with --append-eod)")

@@ -3,17 +3,23 @@
 Hugging Face `tokenizers` does the counting and merging (it streams the texts and keeps only word counts,
 so memory grows with the vocabulary of the corpus, not its size). We then write the files ourselves in
 GPT-2's layout: the 256 byte symbols first in GPT-2's order, one id per merge in merge order, and
-`<|endoftext|>` last, so Megatron-LM, transformers and our tiktoken engine all load them.
+`<|endoftext|>` last, so Megatron-LM, transformers and our tiktoken engine all load them. On a corpus of
+more than `bpe_sample_documents` records it trains on a seeded sample of that many, so its time does not
+grow with the corpus either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
+
+import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path
+from textmill.io.files import atomic_path, is_loose_json
+from textmill.tokenizers.config import TokenizeConfig
 from textmill.tokenizers.gpt2 import EOD_TOKEN, GPT2Tokenizer, bytes_to_unicode
 
 
@@ -58,10 +64,35 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_prefix: str | Path, 
     return GPT2Tokenizer(vocab_path, merges_path)
 
 
-def train_bpe_on_files(inputs: list[Path], keys: tuple[str, ...], vocab_size: int, output_prefix: str | Path,
-                       min_frequency: int = 2) -> GPT2Tokenizer:
-    """`train_bpe` on the texts of `keys` in document files (the records `textmill tokenize` reads)."""
+def train_bpe_on_files(inputs: list[Path], output_prefix: str | Path, config: TokenizeConfig) -> GPT2Tokenizer:
+    """`train_bpe` on the texts of `config.json_keys` in document files (the records `textmill tokenize`
+    reads), or on a seeded sample of about `config.bpe_sample_documents` records when there are more:
+    the training's time and memory then stay the same however large the corpus grows."""
+    texts = sampled_texts(inputs, config.json_keys, config.bpe_sample_documents, config.bpe_sample_seed)
+    return train_bpe(texts, config.vocab_size, output_prefix, config.min_frequency)
+
+
+def sampled_texts(inputs: list[Path], keys: tuple[str, ...], documents: int, seed: int) -> Iterator[str]:
+    """The texts of the records in the sample, in file order. A record is in it when a keyed hash of
+    where it is ("file:line", "file:row N") falls under documents / records: the same sample on every
+    run, chosen while streaming, nothing held."""
     from textmill.tokenizers.preprocess import iter_records
 
-    texts = (t for rec in iter_records(inputs, keys) if rec.texts for t in rec.texts)
-    return train_bpe(texts, vocab_size, output_prefix, min_frequency)
+    total = sum(record_count(p) for p in inputs)
+    fraction = min(1.0, documents / total) if total else 1.0
+    key = seed.to_bytes(8, "little")
+    for rec in iter_records(inputs, keys):
+        if rec.texts and (fraction >= 1.0 or position_in_unit(rec.where, key) < fraction):
+            yield from rec.texts
+
+
+def position_in_unit(text: str, key: bytes) -> float:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little") / 2**64
+
+
+def record_count(path: Path) -> int:
+    """Records of a document file: rows of a Parquet shard, lines of loose JSON (bad ones included)."""
+    if is_loose_json(path):
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    return pq.ParquetFile(path).metadata.num_rows

@@ -528,7 +528,9 @@ class TrainTokenizer(RunTask):
     stage = "7-tokenizer"
 
     def own_key(self) -> str:
-        return key_of(corpus_task(self.config).key(), self.settings.tokenize.vocab_size)
+        t = self.settings.tokenize
+        return key_of(corpus_task(self.config).key(), t.vocab_size, t.min_frequency, t.bpe_sample_documents,
+                      t.bpe_sample_seed)
 
     def requires(self):
         return corpus_task(self.config)
@@ -539,8 +541,7 @@ class TrainTokenizer(RunTask):
     def run(self):
         from textmill.tokenizers.train import train_bpe_on_files
 
-        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), ("text",), self.settings.tokenize.vocab_size,
-                                       self.prefix())
+        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), self.prefix(), self.settings.tokenize)
         self.finish(vocab_size=tokenizer.vocab_size, vocab_file=str(tokenizer.files[0]), merge_file=str(tokenizer.files[1]))
 
 
