@@ -7,15 +7,18 @@ from pathlib import Path
 from textmill.pipeline.shards import summarize
 
 
-
-
 def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float) -> dict:
-    """The counts of one stage over its shards' manifests."""
+    """The counts of one stage over its shards' manifests, and its throughput over `seconds` (the time
+    its tasks ran, added up: per worker): records in per second, and MB per second of the kept shards
+    it wrote (zstd Parquet)."""
     total = summarize(manifests)
     c = total["counts"]
+    written = sum((Path(output) / m["output"]).stat().st_size for m in manifests if (Path(output) / m["output"]).exists())
     return {"stage": stage, "shards": total["shards"], "input": c.get("input", 0), "kept": c.get("kept", 0),
             "rejected": c.get("rejected", 0), "rows_out": c.get("output_rows", c.get("kept", 0)),
-            "reasons": total["reasons"], "output": str(output), "seconds": seconds}
+            "reasons": total["reasons"], "output": str(output), "seconds": seconds,
+            "records_per_s": round(c.get("input", 0) / seconds) if seconds > 0 else None,
+            "mb_per_s": round(written / 2**20 / seconds, 3) if seconds > 0 else None}
 
 
 def stage_line(s: dict) -> str:

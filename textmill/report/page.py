@@ -134,8 +134,10 @@ def render_report(record: dict, history: list[dict]) -> str:
     if funnel:
         parts += ["<h2>Corpus funnel</h2>", funnel_chart(funnel),
                   table([[s["stage"], s["input"], s["kept"], s["rejected"],
-                          ", ".join(f"{k} {v}" for k, v in s["reasons"].items()) or "-"] for s in funnel],
-                        ["stage", "in", "kept", "rejected", "rejected because"])]
+                          ", ".join(f"{k} {v}" for k, v in s["reasons"].items()) or "-",
+                          s.get("records_per_s"), s.get("mb_per_s")] for s in funnel],
+                        ["stage", "in", "kept", "rejected", "rejected because", "records/s per worker",
+                         "MB/s per worker"])]
     if record.get("dedup"):
         sizes = record["dedup"]["cluster_sizes"]
         parts.append("<h2>Near-duplicate clusters</h2>")
