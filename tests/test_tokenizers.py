@@ -35,6 +35,27 @@ def test_worked_example_layout(tmp_path):
     assert ds.num_documents == 3
 
 
+def test_the_index_written_in_small_chunks_is_the_same_and_leaves_no_scratch(tmp_path, monkeypatch):
+    import textmill.megatron.indexed as indexed
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 50000, size=int(n)) for n in rng.integers(0, 40, size=101)]  # some empty
+    for name, chunk in (("whole", indexed._CHUNK), ("chunked", 7)):
+        monkeypatch.setattr(indexed, "_CHUNK", chunk)
+        for part in range(3):
+            w = IndexedDatasetWriter(tmp_path / name / f"part{part}", np.uint16)
+            w.add_documents(np.concatenate(docs[part::3]), [d.size for d in docs[part::3]])
+            w.finalize()
+        merge_datasets([tmp_path / name / f"part{p}" for p in range(3)], tmp_path / name / "merged")
+    for file in ("part0.idx", "merged.idx", "merged.bin"):
+        assert (tmp_path / "chunked" / file).read_bytes() == (tmp_path / "whole" / file).read_bytes(), file
+    merged = IndexedDataset(tmp_path / "chunked" / "merged")
+    ordered = [d for part in range(3) for d in docs[part::3]]
+    assert [merged[i].tolist() for i in range(len(merged))] == [d.tolist() for d in ordered if d.size]
+    assert merged.num_documents == len(ordered)
+    assert sorted(p.name for p in (tmp_path / "chunked").iterdir() if p.name.startswith(".")) == []
+
+
 def test_merge_and_corruption_errors(tmp_path):
     for name, docs in (("a", [[1, 2], [3]]), ("b", [[4, 5, 6]])):
         w = IndexedDatasetWriter(tmp_path / name, np.int32)

@@ -27,10 +27,39 @@ def optimal_dtype(vocab_size: int) -> type:
     return np.uint16 if vocab_size < 65500 else np.int32
 
 
+_CHUNK = 1 << 20  # index entries read or written at once while the .idx is assembled
+
+
+class SpilledArray:
+    """An append-only array of one dtype kept in a scratch file: the index of a merged corpus of any size
+    costs one buffer of memory, not 12 bytes (and a Python int) per document."""
+
+    def __init__(self, path: Path, dtype: type):
+        self.path, self.dtype, self.count = path, np.dtype(dtype), 0
+        self._file = open(path, "wb")
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, dtype=self.dtype)
+        self._file.write(values.tobytes(order="C"))
+        self.count += values.size
+
+    def chunks(self):
+        """The values, _CHUNK at a time (after the last extend)."""
+        self._file.close()
+        with open(self.path, "rb") as f:
+            while block := f.read(_CHUNK * self.dtype.itemsize):
+                yield np.frombuffer(block, dtype=self.dtype)
+
+    def discard(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
 class IndexedDatasetWriter:
     """Appends documents to `<prefix>.bin` and writes `<prefix>.idx` on `finalize()`. Both go to
     temporary names first and are renamed into place, the .idx last, so a killed write leaves no pair
-    that a reader would take for finished."""
+    that a reader would take for finished. The index grows in scratch files beside them, so memory does
+    not grow with the number of documents."""
 
     def __init__(self, prefix: str | Path, dtype: type):
         self.prefix = Path(prefix)
@@ -38,10 +67,14 @@ class IndexedDatasetWriter:
         if self.dtype not in CODE_OF:
             raise TextmillError(f"dtype {self.dtype} has no Megatron dtype code")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
-        self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp-{os.getpid()}")
+        self._bin_tmp = self.scratch("bin")
         self._bin = open(self._bin_tmp, "wb")
-        self.lengths: list[int] = []
-        self.doc_indices: list[int] = [0]
+        self._lengths = SpilledArray(self.scratch("lengths"), np.int32)
+        self._doc_indices = SpilledArray(self.scratch("documents"), np.int64)
+        self._doc_indices.extend([0])
+
+    def scratch(self, kind: str) -> Path:
+        return self.prefix.with_name(f".{self.prefix.name}.{kind}.tmp-{os.getpid()}")
 
     def add_document(self, tokens: Sequence[int] | np.ndarray) -> None:
         """One document of one sequence. An empty document adds no sequence, only a repeated document
@@ -52,45 +85,53 @@ class IndexedDatasetWriter:
     def add_documents(self, tokens: np.ndarray, lengths: list[int]) -> None:
         """Several documents at once: `tokens` is their concatenation, `lengths` their sizes."""
         self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
-        for n in lengths:
-            if n:
-                self.lengths.append(n)
-            self.doc_indices.append(len(self.lengths))
+        lengths = np.asarray(lengths, dtype=np.int64)
+        sequences = self._lengths.count
+        self._lengths.extend(lengths[lengths > 0])
+        self._doc_indices.extend(sequences + np.cumsum(lengths > 0))
 
     def add_index(self, prefix: str | Path) -> None:
         """Append a whole dataset, as Megatron's `add_index` does for tools/merge_datasets.py."""
         other = IndexedDataset(prefix)
         if other.dtype != self.dtype:
             raise TextmillError(f"{prefix}: dtype {other.dtype} differs from {self.dtype}")
-        offset = len(self.lengths)
-        self.lengths.extend(int(x) for x in other.lengths)
-        self.doc_indices.extend(int(x) + offset for x in other.doc_indices[1:])
+        offset = self._lengths.count
+        for start in range(0, len(other.lengths), _CHUNK):
+            self._lengths.extend(other.lengths[start : start + _CHUNK])
+        for start in range(1, len(other.doc_indices), _CHUNK):
+            self._doc_indices.extend(other.doc_indices[start : start + _CHUNK] + offset)
         with open(Path(f"{prefix}.bin"), "rb") as f:
             while block := f.read(1 << 24):
                 self._bin.write(block)
 
     def finalize(self) -> None:
         self._bin.close()
-        lengths = np.asarray(self.lengths, dtype=np.int32)
-        pointers = np.zeros(len(lengths), dtype=np.int64)
-        if len(lengths) > 1:
-            np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
-        idx_tmp = self.prefix.with_name(f".{self.prefix.name}.idx.tmp-{os.getpid()}")
+        idx_tmp = self.scratch("idx")
         with open(idx_tmp, "wb") as f:
             f.write(MAGIC)
             f.write(struct.pack("<Q", 1))
             f.write(struct.pack("<B", CODE_OF[self.dtype]))
-            f.write(struct.pack("<Q", len(lengths)))
-            f.write(struct.pack("<Q", len(self.doc_indices)))
-            f.write(lengths.tobytes(order="C"))
-            f.write(pointers.tobytes(order="C"))
-            f.write(np.asarray(self.doc_indices, dtype=np.int64).tobytes(order="C"))
+            f.write(struct.pack("<Q", self._lengths.count))
+            f.write(struct.pack("<Q", self._doc_indices.count))
+            for chunk in self._lengths.chunks():
+                f.write(chunk.tobytes(order="C"))
+            offset = 0  # byte pointer of the next sequence in .bin
+            for chunk in self._lengths.chunks():
+                sizes = chunk.astype(np.int64) * self.dtype.itemsize
+                f.write((offset + np.cumsum(sizes) - sizes).tobytes(order="C"))
+                offset += int(sizes.sum())
+            for chunk in self._doc_indices.chunks():
+                f.write(chunk.tobytes(order="C"))
         os.replace(self._bin_tmp, f"{self.prefix}.bin")
         os.replace(idx_tmp, f"{self.prefix}.idx")
+        self._lengths.discard()
+        self._doc_indices.discard()
 
     def abort(self) -> None:
         self._bin.close()
         self._bin_tmp.unlink(missing_ok=True)
+        self._lengths.discard()
+        self._doc_indices.discard()
 
 
 class IndexedDataset:
