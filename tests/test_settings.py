@@ -116,3 +116,12 @@ def test_train_config_round_trips_through_its_command_line():
                          save=Path("ckpt"), recompute_granularity="full", lr=1e-3)
     parsed = build_parser().parse_args(["train", *config.to_argv()])
     assert from_namespace(TrainConfig, parsed) == config
+
+
+def test_every_repeatable_option_starts_empty():
+    # argparse appends a repeated option's values to its default list: a non-empty default would stay.
+    for _, cls, _ in tables():
+        for f in fields(cls):
+            kind = kind_of(cls, f)
+            if kind.many and not f.metadata.get("nargs") and cls.__name__ in COMMANDS:
+                assert f.default == (), f"{cls.__name__}.{f.name}"

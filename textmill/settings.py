@@ -139,7 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...]
             if kind.many:
                 if f.metadata.get("nargs"):
                     options["nargs"] = f.metadata["nargs"]
-                else:
+                else:  # repeatable; argparse appends to a default list, so these default to () (tested)
                     options["action"] = "append"
             if kind.base is Path or kind.many:
                 options["metavar"] = "PATH" if kind.base is Path else f.name.upper().removesuffix("S")
