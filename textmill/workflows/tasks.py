@@ -16,8 +16,9 @@ check is map/reduce (BlacklistCheck per file, BlacklistDuplicates per partition 
 BlacklistShard(i)'s key covers the files up to i: a list file added at the end leaves every earlier shard,
 its scrape and its MinHash signatures as they are.
 
-One module of about 550 lines on purpose: the tasks are the graph above, read top to bottom in stage
-order, each a few lines of requires/output/run; split up, a reader would chase one chain across files.
+One module on purpose, though it is about 750 lines since the stages became map/reduce steps: the tasks
+are the graph above, read top to bottom in stage order, each a few lines of key/requires/run; split up,
+a reader would chase one chain across files.
 """
 
 from __future__ import annotations
