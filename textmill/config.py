@@ -10,11 +10,12 @@ of range are errors naming the field.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 from textmill.errors import TextmillError
+from textmill.io.store import configure, fetch_file_or_tree, url_of
 from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, ScrapeConfig,
                                       ShuffleConfig)
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, setting, to_argv
@@ -24,9 +25,10 @@ from textmill.trainer.config import TrainConfig
 
 @dataclass(frozen=True)
 class RunSection(Settings):
-    work_dir: Path = setting(Path("work"), "every stage's output, in folders keyed by the settings that made it")
-    urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, .gz, .bz2, .xz) or folders of them; one "
-                                     "shard per file")
+    work_dir: Path = setting(Path("work"), "every stage's output, in folders keyed by the settings that made it: a "
+                             "folder, or a URL in a store (s3://bucket/prefix) that every worker machine reaches")
+    urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, .gz, .bz2, .xz) or folders of them, local "
+                                     "or in a store (s3://bucket/urls/); one shard per file")
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)
@@ -94,7 +96,10 @@ TRAINER_SET_BY_WORKFLOW = {name: "the workflow sets it itself" for name in
 
 def example_config() -> str:
     """The documented example run file: every table and field at its default."""
-    parts = ["# A textmill run: `textmill run run.toml`. Relative paths are relative to this file.\n"]
+    parts = ["# A textmill run: `textmill run run.toml`. Relative paths are relative to this file; any path may be a\n"
+             "# URL in a store fsspec reaches (s3://bucket/key; credentials from the usual places, AWS_ENDPOINT_URL).\n"
+             "# Options for a store's filesystem go in a table per protocol, e.g.\n"
+             "# [storage.s3]\n# endpoint_url = \"https://s3.internal.example\"\n"]
     for name, table in TABLES.items():
         parts.append(example_table(name, table.settings, skip=tuple(table.workflow_sets)))
         if name == "train":
@@ -135,6 +140,7 @@ def load_config(path: str | Path) -> RunConfig:
         raise TextmillError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise TextmillError(f"{path}: not valid TOML ({exc})") from None
+    configure(storage_options(path, raw.pop("storage", {})))
     unknown = sorted(set(raw) - set(TABLES))
     if unknown:
         raise TextmillError(f"{path}: no section [{unknown[0]}] (sections: {', '.join(TABLES)})")
@@ -143,9 +149,30 @@ def load_config(path: str | Path) -> RunConfig:
         if settings.train.enabled:
             check_train({k: v for k, v in raw.get("train", {}).items() if k not in ("enabled", "resume")}, path,
                         settings.tokenize)
+        fetch_inputs(settings)
         return settings
     except TextmillError as exc:
         raise TextmillError(f"{path}: {exc}") from None
+
+
+def storage_options(path: Path, table) -> dict[str, dict]:
+    """[storage.PROTOCOL] tables: fsspec options for that protocol's filesystem (s3fs's endpoint_url,
+    profile, anon, ...); the standard places (AWS_ENDPOINT_URL, the credential chain) need none."""
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise TextmillError(f"{path}: [storage] holds one table per protocol, e.g. [storage.s3] endpoint_url = \"...\"")
+    return table
+
+
+def fetch_inputs(settings: RunConfig) -> None:
+    """The input files and folders the run file names in a store (URL lists, evaluation sets, vocabularies)
+    made current in the local mirror; WORK, an output, is fetched task by task."""
+    for name in TABLES:
+        section = getattr(settings, name)
+        for f in fields(section):
+            value = getattr(section, f.name)
+            for path in value if isinstance(value, tuple) else (value,):
+                if isinstance(path, Path) and (name, f.name) != ("run", "work_dir") and url_of(path):
+                    fetch_file_or_tree(path)
 
 
 def read_tables(path: Path, raw: dict) -> dict:

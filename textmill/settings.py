@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from textmill.errors import TextmillError
+from textmill.io.store import local_path
 
 EXAMPLE_COMMENT_COLUMN, EXAMPLE_WIDTH = 29, 118  # where the example config's comments start, and its widest line
 SEED_MAX = 2**32 - 1  # numpy's RandomState, which the shuffle, MinHash and the data index use, takes no more
@@ -245,6 +246,12 @@ def table_value(kind: Kind, value, where: str, base: Path):
 
 
 def resolve(value: str, base: Path) -> Path:
+    """A path made absolute against `base`; a URL (s3://bucket/key) is its local mirror (textmill.io.store)."""
+    if "://" in value:
+        try:
+            return local_path(value)
+        except ValueError as exc:
+            raise TextmillError(str(exc)) from None
     path = Path(value).expanduser()
     return path if path.is_absolute() else (base / path).resolve()
 

@@ -1,7 +1,7 @@
 """Files every room writes and reads back: written under a temporary name and renamed into place when
 whole (`atomic_path`, `write_json`), read back with damage reported in one line (`read_json_record`),
-fingerprinted (`file_fingerprint`), and JSON lines read with every bad line named (`iter_json_lines`).
-Imports nothing of textmill."""
+fingerprinted (`file_fingerprint`), and JSON lines read with every bad line named (`iter_json_lines`). A
+path in a store's mirror is fetched before it is read (textmill.io.store). Imports nothing else of textmill."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from textmill.io.store import fetch
 
 
 def temporary_path(path: Path) -> Path:
@@ -50,7 +52,7 @@ def read_json_record(path: Path, consequence: str) -> dict | None:
     damaged one (cut short by a full disk, edited by hand) is reported in one line ending in `consequence`
     and read as missing: every such file is derived, so what wrote it can write it again."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = fetch(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, IsADirectoryError) as exc:
@@ -66,6 +68,11 @@ def read_json_record(path: Path, consequence: str) -> dict | None:
     return value
 
 
+def read_json(path: Path):
+    """A JSON file a finished task wrote (fetched from the store when its folder is in one)."""
+    return json.loads(fetch(path).read_text(encoding="utf-8"))
+
+
 def write_json(obj: dict, path: Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
@@ -77,20 +84,22 @@ FINGERPRINTS: dict[tuple, dict] = {}
 
 
 def file_fingerprint(path: Path) -> dict:
-    """Path, size and sha256 of an input file (cached per path, size and mtime within a process)."""
+    """Path, size and sha256 of an input file, fetched first when it is in a store (cached per path, size
+    and mtime within a process)."""
+    return local_fingerprint(fetch(path))
+
+
+def local_fingerprint(path: Path) -> dict:
+    """Path, size and sha256 of a file on this machine (one just written, not yet in its store)."""
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in FINGERPRINTS:
-        FINGERPRINTS[key] = _sha256_file(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        FINGERPRINTS[key] = {"path": str(path), "bytes": st.st_size, "sha256": digest.hexdigest()}
     return FINGERPRINTS[key]
-
-
-def _sha256_file(path: Path) -> dict:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def is_loose_json(path: Path) -> bool:

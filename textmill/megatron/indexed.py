@@ -22,6 +22,14 @@ DTYPE_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6
 CODE_OF = {np.dtype(v): k for k, v in DTYPE_CODES.items()}
 
 
+def data_file_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}.bin")
+
+
+def index_file_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}.idx")
+
+
 def optimal_dtype(vocab_size: int) -> type:
     """uint16 when the (unpadded) vocabulary has fewer than 65500 entries, else int32, as Megatron does."""
     return np.uint16 if vocab_size < 65500 else np.int32
@@ -100,7 +108,7 @@ class IndexedDatasetWriter:
             self._lengths.extend(other.lengths[start : start + _CHUNK])
         for start in range(1, len(other.doc_indices), _CHUNK):
             self._doc_indices.extend(other.doc_indices[start : start + _CHUNK] + offset)
-        with open(Path(f"{prefix}.bin"), "rb") as f:
+        with open(data_file_path(prefix), "rb") as f:
             while block := f.read(1 << 24):
                 self._bin.write(block)
 
@@ -122,8 +130,8 @@ class IndexedDatasetWriter:
                 offset += int(sizes.sum())
             for chunk in self._doc_indices.chunks():
                 f.write(chunk.tobytes(order="C"))
-        os.replace(self._bin_tmp, f"{self.prefix}.bin")
-        os.replace(idx_tmp, f"{self.prefix}.idx")
+        os.replace(self._bin_tmp, data_file_path(self.prefix))
+        os.replace(idx_tmp, index_file_path(self.prefix))
         self._lengths.discard()
         self._doc_indices.discard()
 
@@ -139,7 +147,7 @@ class IndexedDataset:
 
     def __init__(self, prefix: str | Path):
         self.prefix = Path(prefix)
-        idx_path, bin_path = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
+        idx_path, bin_path = index_file_path(prefix), data_file_path(prefix)
         for path in (idx_path, bin_path):
             if not path.exists():
                 raise TextmillError(f"indexed dataset file not found: {path}")

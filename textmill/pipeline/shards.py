@@ -214,6 +214,7 @@ class ShardOutput:
             "params": self.params,
             "inputs": [file_fingerprint(p) for p in self.inputs],
             "counts": {"input": n_input, "kept": self.kept, "rejected": self.rejected, "output_rows": self._kept.rows},
+            "bytes": self.output.stat().st_size,
             "reasons": dict(sorted(self.reasons.items())),
             "seconds": round(time.perf_counter() - self._started, 3),
             **extra,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textmill.io.store import shown
 from textmill.pipeline.shards import summarize
 
 
@@ -13,12 +14,17 @@ def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: floa
     it wrote (zstd Parquet)."""
     total = summarize(manifests)
     c = total["counts"]
-    written = sum((Path(output) / m["output"]).stat().st_size for m in manifests if (Path(output) / m["output"]).exists())
+    written = sum(m.get("bytes") or kept_bytes(Path(output) / m["output"]) for m in manifests)
     return {"stage": stage, "shards": total["shards"], "input": c.get("input", 0), "kept": c.get("kept", 0),
             "rejected": c.get("rejected", 0), "rows_out": c.get("output_rows", c.get("kept", 0)),
-            "reasons": total["reasons"], "output": str(output), "seconds": seconds,
+            "reasons": total["reasons"], "output": shown(Path(output)), "seconds": seconds,
             "records_per_s": round(c.get("input", 0) / seconds) if seconds > 0 else None,
             "mb_per_s": round(written / 2**20 / seconds, 3) if seconds > 0 else None}
+
+
+def kept_bytes(shard: Path) -> int:
+    """The size of a kept shard whose manifest does not say it (one written before textmill recorded it)."""
+    return shard.stat().st_size if shard.exists() else 0
 
 
 def stage_line(s: dict) -> str:
@@ -100,7 +106,7 @@ def failed_run_lines(record: dict, folder: Path) -> list[str]:
     """The end of a failed `textmill run`; the last line names what failed and why."""
     failed = record.get("failed") or ["no task failed here, but the graph is not finished (see the summary above)"]
     more = f" (and {len(failed) - 1} more: textmill status)" if len(failed) > 1 else ""
-    return [f"textmill run: failed after {record['seconds']:.1f}s (recorded in {folder}); `textmill run` again redoes "
+    return [f"textmill run: failed after {record['seconds']:.1f}s (recorded in {shown(folder)}); `textmill run` again redoes "
             "only what is not finished", f"textmill run: failed: {failed[0]}{more}"]
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from textmill.io.files import atomic_path, read_json_record
+from textmill.io.store import files_under, shown
 
 
 def read_runs(runs: Path) -> list[dict]:
     """Every run record under WORK/runs, oldest first; a damaged one is left out, with a note."""
     records = (read_json_record(p, "that run is left out of results.md and the report")
-               for p in sorted(runs.glob("*/run.json")))
+               for p in files_under(runs) if p.name == "run.json" and p.parent.parent == runs)
     return [r for r in records if r and "run" in r]
 
 
@@ -31,7 +32,8 @@ def run_lines(record: dict, folder: Path) -> list[str]:
               f"perplexity {r['perplexity']:.2f}" for r in record.get("evaluate") or []]
     if record.get("export"):
         lines.append(f"  Hugging Face {record['export']['family']} model -> {record['export']['output']}")
-    lines.append(f"  report: {folder / 'report.html'}; the last runs side by side: {folder.parent.parent / 'results.md'}")
+    lines.append(f"  report: {shown(folder / 'report.html')}; the last runs side by side: "
+                 f"{shown(folder.parent.parent / 'results.md')}")
     history = read_runs(folder.parent)
     regressions = [row["regressions"] for row in results_rows(history) if row["run"] == record["run"]]
     if regressions and regressions[0]:

@@ -21,6 +21,7 @@ import luigi.worker
 
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.files import atomic_path, read_json_record, write_json
+from textmill.io.store import fetch, publish, remove
 from textmill.pipeline.shards import manifest_path
 from textmill.workflows.memos import run_config
 from textmill.workflows.tasks import EndToEnd, RunTask
@@ -89,6 +90,7 @@ def write_record(task: RunTask, kind: str, record: dict) -> None:
     path = record_file(task, kind)
     try:
         write_json({"task": task.task_id, **record}, path)
+        publish([path])
     except OSError as exc:
         print(f"textmill: could not write {path} ({exc.strerror or exc})", file=sys.stderr)
 
@@ -129,7 +131,7 @@ class OneLineForKnownErrors(logging.Filter):
 
 @RunTask.event_handler(luigi.Event.SUCCESS)
 def clear_failure(task: RunTask) -> None:
-    failure_file(task).unlink(missing_ok=True)
+    remove(failure_file(task))
 
 
 @RunTask.event_handler(luigi.Event.PROCESSING_TIME)
@@ -283,8 +285,15 @@ def corpus_record(config: str) -> dict:
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
         part["corpus"]["histograms"] = earlier_histograms(settings.run.work_dir, part["corpus"]["dataset"]) or \
-            corpus_histograms([str(p) for p in t.corpus_task(config).shards()], part["corpus"]["dataset"])
+            corpus_histograms([str(fetch(p)) for p in t.corpus_task(config).shards()], fetched_dataset(merged))
     return part
+
+
+def fetched_dataset(merged) -> str:
+    """The merged token files' prefix, their local copies current."""
+    for path in merged.token_files():
+        fetch(path)
+    return str(merged.dataset())
 
 
 def earlier_histograms(work: Path, dataset: str) -> dict | None:
@@ -353,5 +362,7 @@ def record_run(config: Path, record: dict) -> Path:
     write_report(record, history, folder / "report.html")
     with atomic_path(settings.run.work_dir / "report.html") as tmp:
         shutil.copyfile(folder / "report.html", tmp)
-    write_results(settings.run.work_dir, records, settings.run.results_runs)
+    results = write_results(settings.run.work_dir, records, settings.run.results_runs)
+    publish([folder / "run.json", folder / "report.html", settings.run.work_dir / "report.html", results,
+             results.with_suffix(".tsv")])
     return folder

@@ -33,7 +33,10 @@ import luigi
 
 from textmill.config import RunConfig
 from textmill.errors import RunFailed, TextmillError
-from textmill.io.files import file_fingerprint, read_json_record, write_json
+from textmill.io.files import file_fingerprint, local_fingerprint, read_json, read_json_record, write_json
+from textmill.io.store import exists as store_exists
+from textmill.io.store import fetch, fetch_tree, files_under, local_path, publish, publish_tree, shown
+from textmill.megatron.indexed import data_file_path, index_file_path
 from textmill.pipeline.shards import manifest_path
 from textmill.workflows.memos import BLACKLIST_KEYS, TASK_KEYS, listed_url_files, run_config
 
@@ -55,6 +58,25 @@ def url_files(settings: RunConfig) -> tuple[Path, ...]:
     """The URL list files in shard order, listed again only when an entry of [run] urls changes (every
     task asks, so listing each time made the graph quadratic in the number of files)."""
     return listed_url_files(settings.run.urls, url_stamps(settings))
+
+
+class DoneFile(luigi.Target):
+    """A task's done file (written last), where WORK is: on local disk, or in a store through its mirror."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def exists(self) -> bool:
+        """There and, for a JSON record, whole: a damaged one means the task runs again. (MinHash signatures
+        and a blacklist partition are Parquet files, renamed or uploaded into place whole.)"""
+        if self.path.suffix != ".json":
+            return store_exists(self.path)
+        return read_json_record(self.path, "its task will run again") is not None
+
+
+def written_as(folder: Path, stem: str, done: Path) -> list[Path]:
+    """The files of one shard in `folder` (STEM.*), its done file last."""
+    return sorted(folder.glob(f"{stem}.*"), key=lambda p: (p == done, p.name))
 
 
 class RunTask(luigi.Task):
@@ -88,15 +110,22 @@ class RunTask(luigi.Task):
         return self.work / self.stage / self.key()
 
     def output(self):
-        return luigi.LocalTarget(str(self.done_file()))
+        return DoneFile(self.done_file())
 
     def complete(self) -> bool:
-        """Done when its done file (written last) is there and, for a JSON record, whole: a damaged one means
-        the task runs again."""
-        done = self.done_file()
-        if done.suffix != ".json":  # MinHash signatures: a Parquet file, renamed into place when whole
-            return done.exists()
-        return read_json_record(done, "its task will run again") is not None
+        return self.output().exists()
+
+    def run(self):
+        self.make()
+        publish(self.written())
+
+    def make(self) -> None:
+        """The task's work, on local paths (its inputs fetched from the store when WORK is one)."""
+        raise NotImplementedError
+
+    def written(self) -> list[Path]:
+        """The files the task writes, its done file last: the order they are published in."""
+        return [self.done_file()]
 
     def done_file(self) -> Path:
         return self.folder() / TASK_FILE
@@ -118,6 +147,9 @@ class ShardTask(RunTask):
 
     def done_file(self) -> Path:
         return manifest_path(self.shard_file())
+
+    def written(self) -> list[Path]:
+        return written_as(self.folder(), self.name(), self.done_file())
 
 
 def num_url_files(settings: RunConfig) -> int:
@@ -162,7 +194,7 @@ class BlacklistCheck(ShardTask):
 
         return checked_record(self.shard_file())
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.blacklist import check_file
 
         check_file(url_files(self.settings)[self.shard], self.shard_file(), url_rules(self.settings),
@@ -184,10 +216,10 @@ class BlacklistDuplicates(RunTask):
     def done_file(self) -> Path:
         return self.folder() / f"part-{self.partition:05d}.parquet"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.blacklist import find_duplicates
 
-        find_duplicates([t.shard_file() for t in self.requires()], self.partition, self.done_file())
+        find_duplicates([fetch(t.shard_file()) for t in self.requires()], self.partition, self.done_file())
 
 
 class BlacklistShard(ShardTask):
@@ -203,12 +235,12 @@ class BlacklistShard(ShardTask):
         partitions = range(self.settings.blacklist.duplicate_partitions)
         return [BlacklistCheck(self.config, self.shard)] + [BlacklistDuplicates(self.config, p) for p in partitions]
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.blacklist import blacklist_shard
 
         check, *duplicates = self.requires()
-        blacklist_shard(url_files(self.settings)[self.shard], check.shard_file(), self.shard,
-                        [t.done_file() for t in duplicates], self.shard_file(), url_rules(self.settings))
+        blacklist_shard(url_files(self.settings)[self.shard], fetch(check.shard_file()), self.shard,
+                        [fetch(t.done_file()) for t in duplicates], self.shard_file(), url_rules(self.settings))
 
 
 class ScrapeShard(ShardTask):
@@ -220,10 +252,10 @@ class ScrapeShard(ShardTask):
     def requires(self):
         return BlacklistShard(self.config, self.shard)
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.scrape import scrape_shards
 
-        scrape_shards([BlacklistShard(self.config, self.shard).shard_file()], self.folder(), self.settings.scrape)
+        scrape_shards([fetch(BlacklistShard(self.config, self.shard).shard_file())], self.folder(), self.settings.scrape)
 
 
 class SignatureShard(ShardTask):
@@ -240,10 +272,10 @@ class SignatureShard(ShardTask):
     def done_file(self) -> Path:
         return self.folder() / f"{self.name()}.minhash.parquet"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.dedup import signature_shard
 
-        signature_shard(ScrapeShard(self.config, self.shard).shard_file(), self.done_file(), self.settings.dedup)
+        signature_shard(fetch(ScrapeShard(self.config, self.shard).shard_file()), self.done_file(), self.settings.dedup)
 
 
 class DedupBandKeys(ShardTask):
@@ -265,10 +297,10 @@ class DedupBandKeys(ShardTask):
 
         return bands_record(self.shard_file())
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.dedup import band_keys_shard
 
-        band_keys_shard(SignatureShard(self.config, self.shard).done_file(), self.shard_file(), self.settings.dedup)
+        band_keys_shard(fetch(SignatureShard(self.config, self.shard).done_file()), self.shard_file(), self.settings.dedup)
 
 
 class DedupBand(RunTask):
@@ -287,10 +319,10 @@ class DedupBand(RunTask):
     def done_file(self) -> Path:
         return self.folder() / "pairs" / f"band-{self.band:03d}.parquet"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.dedup import band_pairs, write_pairs
 
-        write_pairs(band_pairs([t.shard_file() for t in self.requires()], self.band), self.done_file())
+        write_pairs(band_pairs([fetch(t.shard_file()) for t in self.requires()], self.band), self.done_file())
 
 
 class DedupClusters(RunTask):
@@ -308,16 +340,19 @@ class DedupClusters(RunTask):
     def clusters_file(self) -> Path:
         return self.folder() / "clusters.json"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.dedup import cluster_pairs, write_clusters
 
         n = num_url_files(self.settings)
-        pairs = [t.done_file() for t in self.requires()]
-        counts = [json.loads(DedupBandKeys(self.config, i).done_file().read_text())["rows"] for i in range(n)]
-        signatures = [SignatureShard(self.config, i).done_file() for i in range(n)]
+        pairs = [fetch(t.done_file()) for t in self.requires()]
+        counts = [read_json(DedupBandKeys(self.config, i).done_file())["rows"] for i in range(n)]
+        signatures = [fetch(SignatureShard(self.config, i).done_file()) for i in range(n)]
         clusters = cluster_pairs(pairs[:-1], pairs[-1:], signatures, counts, self.settings.dedup)
         write_clusters(clusters, self.settings.dedup, self.clusters_file())
         self.finish(**{k: v for k, v in clusters.items() if k != "duplicates"})
+
+    def written(self) -> list[Path]:
+        return [self.clusters_file(), self.done_file()]
 
 
 class DedupShard(ShardTask):
@@ -329,11 +364,11 @@ class DedupShard(ShardTask):
     def requires(self):
         return [DedupClusters(self.config), ScrapeShard(self.config, self.shard)]
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.dedup import filter_shard
 
-        duplicates = json.loads(DedupClusters(self.config).clusters_file().read_text())["duplicates"]
-        scraped = ScrapeShard(self.config, self.shard).shard_file()
+        duplicates = read_json(DedupClusters(self.config).clusters_file())["duplicates"]
+        scraped = fetch(ScrapeShard(self.config, self.shard).shard_file())
         filter_shard(scraped, self.shard_file(), duplicates, self.settings.dedup, [scraped])
 
 
@@ -355,10 +390,10 @@ class CleanShard(ShardTask):
     def requires(self):
         return DedupShard(self.config, self.shard)
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.clean import clean_shard
 
-        clean_shard(DedupShard(self.config, self.shard).shard_file(), self.shard_file(), self.settings.clean,
+        clean_shard(fetch(DedupShard(self.config, self.shard).shard_file()), self.shard_file(), self.settings.clean,
                     given_tokenizer(self.settings))
 
 
@@ -378,10 +413,10 @@ class ShuffleScatter(ShardTask):
 
         return scatter_record(self.shard_file())
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.shuffle import scatter_shard
 
-        scatter_shard(CleanShard(self.config, self.shard).shard_file(), self.shard_file(),
+        scatter_shard(fetch(CleanShard(self.config, self.shard).shard_file()), self.shard_file(),
                       self.settings.shuffle.num_shards, self.settings.run.seed)
 
 
@@ -400,12 +435,20 @@ class ShuffleGather(RunTask):
     def done_file(self) -> Path:
         return manifest_path(Shuffle(self.config).shards()[self.bucket])
 
-    def run(self):
-        from textmill.pipeline.shuffle import gather_bucket
+    def make(self):
+        from textmill.pipeline.shuffle import gather_bucket, scatter_record
 
         scattered = [ShuffleScatter(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
-        gather_bucket(scattered, self.bucket, Shuffle(self.config).shards()[self.bucket],
-                      self.settings.shuffle.num_shards, self.settings.run.seed)
+        for path in scattered:
+            fetch(scatter_record(path))
+            fetch(path)
+        gather_bucket(scattered, self.bucket, self.shard(), self.settings.shuffle.num_shards, self.settings.run.seed)
+
+    def shard(self) -> Path:
+        return Shuffle(self.config).shards()[self.bucket]
+
+    def written(self) -> list[Path]:
+        return written_as(self.shard().parent, self.shard().stem, self.done_file())
 
 
 class Shuffle(RunTask):
@@ -424,8 +467,8 @@ class Shuffle(RunTask):
     def shards(self) -> list[Path]:
         return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.settings.shuffle.num_shards)]
 
-    def run(self):
-        manifests = [json.loads(manifest_path(shard).read_text()) for shard in self.shards()]
+    def make(self):
+        manifests = [read_json(manifest_path(shard)) for shard in self.shards()]
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
 
 
@@ -452,11 +495,11 @@ class DecontaminateCount(DecontaminateStep):
     def done_file(self) -> Path:
         return self.folder() / "counts" / f"{self.shuffled()[self.part].stem}.counts.json"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
 
         cfg = self.settings.decontaminate
-        write_counts(count_matches(self.shuffled()[self.part], eval_ngrams(cfg.eval_files, cfg)), self.done_file())
+        write_counts(count_matches(fetch(self.shuffled()[self.part]), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
 
 
 class DecontaminateSelect(DecontaminateStep):
@@ -468,10 +511,10 @@ class DecontaminateSelect(DecontaminateStep):
     def done_file(self) -> Path:
         return self.folder() / "selected.json"
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.decontaminate import select_from_counts
 
-        select_from_counts([t.done_file() for t in self.requires()], self.settings.decontaminate, self.done_file())
+        select_from_counts([fetch(t.done_file()) for t in self.requires()], self.settings.decontaminate, self.done_file())
 
 
 class DecontaminateShard(DecontaminateStep):
@@ -485,12 +528,17 @@ class DecontaminateShard(DecontaminateStep):
     def done_file(self) -> Path:
         return manifest_path(Decontaminate(self.config).shards()[self.part])
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
 
-        chosen = read_selected(DecontaminateSelect(self.config).done_file())
-        decontaminate_shard(self.shuffled()[self.part], Decontaminate(self.config).shards()[self.part], chosen,
-                            self.settings.decontaminate)
+        chosen = read_selected(fetch(DecontaminateSelect(self.config).done_file()))
+        decontaminate_shard(fetch(self.shuffled()[self.part]), self.shard(), chosen, self.settings.decontaminate)
+
+    def shard(self) -> Path:
+        return Decontaminate(self.config).shards()[self.part]
+
+    def written(self) -> list[Path]:
+        return written_as(self.shard().parent, self.shard().stem, self.done_file())
 
 
 class Decontaminate(RunTask):
@@ -509,11 +557,11 @@ class Decontaminate(RunTask):
     def shards(self) -> list[Path]:
         return [self.folder() / p.name for p in Shuffle(self.config).shards()]
 
-    def run(self):
+    def make(self):
         from textmill.pipeline.decontaminate import summary
 
-        selected = json.loads(DecontaminateSelect(self.config).done_file().read_text())
-        manifests = [json.loads(manifest_path(shard).read_text()) for shard in self.shards()]
+        selected = read_json(DecontaminateSelect(self.config).done_file())
+        manifests = [read_json(manifest_path(shard)) for shard in self.shards()]
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **summary(selected, manifests))
 
 
@@ -539,11 +587,15 @@ class TrainTokenizer(RunTask):
     def prefix(self) -> Path:
         return self.folder() / "bpe"
 
-    def run(self):
+    def make(self):
         from textmill.tokenizers.train import train_bpe_on_files
 
-        tokenizer = train_bpe_on_files(corpus_task(self.config).shards(), self.prefix(), self.settings.tokenize)
-        self.finish(vocab_size=tokenizer.vocab_size, vocab_file=str(tokenizer.files[0]), merge_file=str(tokenizer.files[1]))
+        shards = [fetch(p) for p in corpus_task(self.config).shards()]
+        tokenizer = train_bpe_on_files(shards, self.prefix(), self.settings.tokenize)
+        self.finish(vocab_size=tokenizer.vocab_size, vocab_file=shown(tokenizer.files[0]), merge_file=shown(tokenizer.files[1]))
+
+    def written(self) -> list[Path]:
+        return [*tokenizer_files(self.config, self.settings), self.done_file()]
 
 
 def tokenizer_files(config: str, settings: RunConfig) -> tuple[Path, Path]:
@@ -582,12 +634,15 @@ class TokenizeShard(RunTask):
 
         return manifest_file(self.prefix())
 
-    def run(self):
+    def written(self) -> list[Path]:
+        return sorted(self.folder().glob(f"{self.prefix().name}[._]*"), key=lambda p: (p == self.done_file(), p.name))
+
+    def make(self):
         from textmill.tokenizers.gpt2 import GPT2Tokenizer
         from textmill.tokenizers.preprocess import tokenize_files
 
-        tokenizer = GPT2Tokenizer(*tokenizer_files(self.config, self.settings))
-        tokenize_files([corpus_task(self.config).shards()[self.part]], self.prefix(), tokenizer,
+        tokenizer = GPT2Tokenizer(*map(fetch, tokenizer_files(self.config, self.settings)))
+        tokenize_files([fetch(corpus_task(self.config).shards()[self.part])], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1), progress=False)
 
 
@@ -606,14 +661,38 @@ class MergeDataset(RunTask):
     def dataset(self) -> Path:
         return self.folder() / "corpus_text_document"
 
-    def run(self):
+    def make(self):
         from textmill.megatron.indexed import merge_datasets
 
         started = time.perf_counter()
+        for task in self.requires():
+            fetch(data_file_path(task.dataset()))
+            fetch(index_file_path(task.dataset()))
         merged = merge_datasets([t.dataset() for t in self.requires()], self.dataset())
         vocab, merges = tokenizer_files(self.config, self.settings)
-        self.finish(dataset=str(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
-                    vocab_file=str(vocab), merge_file=str(merges), seconds=time.perf_counter() - started)
+        self.finish(dataset=shown(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
+                    vocab_file=shown(vocab), merge_file=shown(merges), seconds=time.perf_counter() - started,
+                    files={p.name: local_fingerprint(p) for p in self.token_files()})
+
+    def token_files(self) -> list[Path]:
+        return [data_file_path(self.dataset()), index_file_path(self.dataset())]
+
+    def written(self) -> list[Path]:
+        return [*self.token_files(), self.done_file()]
+
+    def staged(self) -> list[str]:
+        """The trainer's options naming the merged token files and their tokenizer, local (fetched when WORK
+        is in a store), each token file checked against the size and sha256 recorded when it was written."""
+        merged = read_json(self.done_file())
+        vocab, merges = (fetch(local_path(merged[name])) for name in ("vocab_file", "merge_file"))
+        for path in self.token_files():
+            fetch(path)
+            expected = merged.get("files", {}).get(path.name)
+            if expected and {k: v for k, v in file_fingerprint(path).items() if k != "path"} != \
+                    {k: v for k, v in expected.items() if k != "path"}:
+                raise RunFailed(f"{shown(path)} is not the file MergeDataset wrote (size or sha256 differ); "
+                                "delete that folder to merge again")
+        return ["--data-path", str(self.dataset()), "--vocab-file", str(vocab), "--merge-file", str(merges)]
 
 
 class Corpus(luigi.WrapperTask):
@@ -647,7 +726,7 @@ class TrainGPT(RunTask):
         if self.settings.train.resume != "latest":
             return None
         dataset, vocabulary = MergeDataset(self.config).key(), tokenizer_key(self.config, self.settings)
-        earlier = [json.loads(p.read_text()) for p in sorted((self.work / self.stage).glob(f"*/{TASK_FILE}"))]
+        earlier = [read_json(p) for p in files_under(self.work / self.stage) if p.name == TASK_FILE]
         earlier = [e for e in earlier if e.get("dataset_key") != dataset and e.get("tokenizer_key") == vocabulary]
         return max(earlier, key=lambda e: e["finished"], default=None)
 
@@ -657,21 +736,25 @@ class TrainGPT(RunTask):
     def checkpoints(self) -> Path:
         return self.folder() / "ckpt"
 
-    def run(self):
+    def trained(self) -> Path:
+        """The checkpoints folder, local (fetched with the tokenizer they name when WORK is in a store)."""
+        for path in tokenizer_files(self.config, self.settings):
+            fetch(path)
+        return fetch_tree(self.checkpoints())
+
+    def make(self):
         import subprocess
         import sys
 
         from textmill.trainer.checkpoint import TRACKER
         from textmill.trainer.metrics import read_metrics
 
-        merged = json.loads(MergeDataset(self.config).done_file().read_text())
+        dataset = MergeDataset(self.config).staged()
         start = self.start_from()
-        load = ["--load", str(self.checkpoints())]
+        load = ["--load", str(fetch_tree(self.checkpoints()))]  # a run killed part-way resumes
         if start and not (self.checkpoints() / TRACKER).exists():  # not yet begun: start from the earlier model
-            load = ["--load", start["checkpoints"], "--finetune"]
-        command = [sys.executable, "-m", "textmill.cli", "train", "--data-path", merged["dataset"],
-                   "--vocab-file", merged["vocab_file"], "--merge-file", merged["merge_file"],
-                   "--save", str(self.checkpoints()), *load,
+            load = ["--load", str(fetch_tree(local_path(start["checkpoints"]))), "--finetune"]
+        command = [sys.executable, "-m", "textmill.cli", "train", *dataset, "--save", str(self.checkpoints()), *load,
                    "--nproc-per-node", str(self.settings.nproc_per_node), *self.settings.train_options]
         self.folder().mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
@@ -693,10 +776,14 @@ class TrainGPT(RunTask):
         records = read_metrics(self.checkpoints())
         valid = [r for r in records if "valid_loss" in r]
         self.finish(iterations=records[-1]["iteration"], lm_loss=records[-1].get("lm_loss"),
-                    valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=str(self.checkpoints()),
+                    valid_loss=valid[-1]["valid_loss"] if valid else None, checkpoints=shown(self.checkpoints()),
                     started_from=start and start["checkpoints"], dataset_key=MergeDataset(self.config).key(),
                     tokenizer_key=tokenizer_key(self.config, self.settings), finished=time.time(),
                     seconds=time.perf_counter() - started)
+
+    def written(self) -> list[Path]:
+        publish_tree(self.checkpoints())
+        return [self.folder() / "train.log", self.done_file()]
 
 
 class EvaluateLambada(RunTask):
@@ -711,14 +798,18 @@ class EvaluateLambada(RunTask):
     def requires(self):
         return TrainGPT(self.config)
 
-    def run(self):
+    def make(self):
         from textmill.evaluate.lambada import evaluate_lambada
 
-        results = []
-        for i, path in enumerate(self.settings.evaluate.lambada):
-            results.append(evaluate_lambada(TrainGPT(self.config).checkpoints(), path, self.settings.evaluate.strict,
-                                            output=self.folder() / f"lambada-{i}-{path.stem}.json"))
-        self.finish(results=results)
+        checkpoints, strict = TrainGPT(self.config).trained(), self.settings.evaluate.strict
+        self.finish(results=[evaluate_lambada(checkpoints, path, strict, output=output)
+                             for path, output in zip(self.settings.evaluate.lambada, self.outputs())])
+
+    def outputs(self) -> list[Path]:
+        return [self.folder() / f"lambada-{i}-{p.stem}.json" for i, p in enumerate(self.settings.evaluate.lambada)]
+
+    def written(self) -> list[Path]:
+        return [*self.outputs(), self.done_file()]
 
 
 class ExportHF(RunTask):
@@ -733,10 +824,14 @@ class ExportHF(RunTask):
     def hf_folder(self) -> Path:
         return self.folder() / "hf"
 
-    def run(self):
+    def make(self):
         from textmill.interop.hf import export_hf
 
-        self.finish(**export_hf(TrainGPT(self.config).checkpoints(), self.hf_folder()))
+        self.finish(**{**export_hf(TrainGPT(self.config).trained(), self.hf_folder()), "output": shown(self.hf_folder())})
+
+    def written(self) -> list[Path]:
+        publish_tree(self.hf_folder())
+        return [self.done_file()]
 
 
 class EndToEnd(luigi.WrapperTask):

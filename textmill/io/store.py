@@ -1,0 +1,196 @@
+"""Files in object storage (s3://, gs://, abfs://, hdfs://: anything fsspec reaches), seen as local paths.
+
+A URL is read and written through a local mirror: `s3://bucket/work/x` is the path
+CACHE/s3/bucket/work/x, where CACHE is $TEXTMILL_CACHE (default ~/.cache/textmill). Every other room
+keeps working on `Path`s, local and bounded by a shard; only this module talks to the store:
+
+- `fetch(path)` makes the local copy of a mirrored path current (one metadata request; a download when
+  the object changed) and returns the path; an object that is not in the store is FileNotFoundError, and
+  a local copy of it is dropped, since nothing but the store says what is finished.
+- `publish(paths)` uploads local files in the order given. Object stores have no rename, but each object
+  appears whole or not at all, so the commit protocol is the order: a task publishes its data files
+  first and its done file (manifest) last; a worker killed mid-upload leaves no done file, and the task
+  runs again, writing the same names over what it left.
+- A local path outside the mirror is an ordinary file: fetch returns it, publish does nothing.
+
+Credentials and endpoints come from the standard places (for S3: AWS_ENDPOINT_URL, AWS_PROFILE, the
+credential chain); `configure` adds fsspec storage options per protocol ([storage.PROTOCOL] in a run
+file). Imports nothing of textmill.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterable
+
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.+)$")
+OPTIONS: dict[str, dict] = {}  # fsspec storage options by protocol
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TEXTMILL_CACHE") or Path.home() / ".cache" / "textmill").expanduser().resolve()
+
+
+def is_url(text: str) -> bool:
+    """Whether `text` names an object in a store (file:// is a local path)."""
+    match = _URL.match(text)
+    return bool(match) and match.group(1) != "file"
+
+
+def local_path(text: str) -> Path:
+    """The local path of a path or URL: a store's URL maps into the mirror, file:// to its path."""
+    match = _URL.match(text)
+    if not match:
+        return Path(text)
+    protocol, rest = match.groups()
+    if protocol == "file":
+        return Path(rest if rest.startswith("/") else "/" + rest)
+    parts = [p for p in rest.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ValueError(f"{text}: not a path in a store")
+    return cache_root().joinpath(protocol, *parts)
+
+
+def url_of(path: Path) -> str | None:
+    """The URL a mirrored path stands for, or None for a local file."""
+    try:
+        protocol, *parts = Path(path).resolve().relative_to(cache_root()).parts
+    except ValueError:
+        return None
+    return f"{protocol}://{'/'.join(parts)}" if parts else None
+
+
+def shown(path: Path) -> str:
+    """How a path is named to a person: the URL for a mirrored one."""
+    return url_of(path) or str(path)
+
+
+def configure(options: dict[str, dict]) -> None:
+    """fsspec storage options by protocol (endpoint, profile, anything the filesystem takes)."""
+    OPTIONS.clear()
+    OPTIONS.update(options)
+
+
+def filesystem(url: str):
+    """The fsspec filesystem of a URL's protocol, and the URL's path within it. (fsspec keeps one instance
+    per protocol and options, and a new one in a forked worker, whose parent's event loop is gone.)"""
+    import fsspec
+
+    protocol = _URL.match(url).group(1)
+    fs = fsspec.filesystem(protocol, **OPTIONS.get(protocol, {}))
+    return fs, fs._strip_protocol(url)
+
+
+def _version_file(path: Path) -> Path:
+    """Beside a mirrored file, the store's version of the object its local copy holds (a hidden file)."""
+    return path.with_name(f".{path.name}.version")
+
+
+def _version(fs, key: str) -> str:
+    fs.invalidate_cache(key)
+    return str(fs.ukey(key))  # fsspec's "has this object changed" key: the ETag and size for S3
+
+
+def _record_version(path: Path, version: str) -> None:
+    _version_file(path).write_text(version)
+
+
+def fetch(path: Path) -> Path:
+    """`path`, with its local copy current when it is mirrored (FileNotFoundError when the store lacks it)."""
+    url = url_of(path)
+    if url is None:
+        return path
+    fs, key = filesystem(url)
+    try:
+        version = _version(fs, key)
+    except FileNotFoundError:
+        for stale in (path, _version_file(path)):
+            stale.unlink(missing_ok=True)
+        raise FileNotFoundError(url) from None
+    marker = _version_file(path)
+    if path.is_file() and marker.is_file() and marker.read_text() == version:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.download-{os.getpid()}")
+    try:
+        fs.get_file(key, str(partial))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    _record_version(path, version)
+    return path
+
+
+def exists(path: Path) -> bool:
+    """Whether the file is there: in the store, for a mirrored path."""
+    url = url_of(path)
+    if url is None:
+        return path.exists()
+    fs, key = filesystem(url)
+    fs.invalidate_cache(key)
+    return fs.isfile(key)
+
+
+def publish(paths: Iterable[Path]) -> None:
+    """Upload mirrored files to the store in the order given (put the done file last); local files stay."""
+    for path in paths:
+        url = url_of(path)
+        if url is None:
+            continue
+        fs, key = filesystem(url)
+        fs.put_file(str(path), key)
+        _record_version(path, _version(fs, key))
+
+
+def remove(path: Path) -> None:
+    """Delete a file, and its object when mirrored (nothing when it is not there)."""
+    path.unlink(missing_ok=True)
+    url = url_of(path)
+    if url is not None:
+        fs, key = filesystem(url)
+        if fs.isfile(key):
+            fs.rm_file(key)
+        _version_file(path).unlink(missing_ok=True)
+
+
+def files_under(folder: Path) -> list[Path]:
+    """Every file under a folder (in the store, for a mirrored one), as local paths, sorted."""
+    url = url_of(folder)
+    if url is None:
+        return files_under_locally(folder)
+    fs, key = filesystem(url)
+    fs.invalidate_cache(key)
+    try:
+        found = fs.find(key)
+    except FileNotFoundError:
+        return []
+    return sorted(folder / Path(k).relative_to(key) for k in found)
+
+
+def fetch_tree(folder: Path) -> Path:
+    """Every file under a mirrored folder made current locally (a checkpoint folder, earlier run records)."""
+    for path in files_under(folder) if url_of(folder) else ():
+        fetch(path)
+    return folder
+
+
+def fetch_file_or_tree(path: Path) -> Path:
+    """A mirrored input named by a person: one object, or every object under that prefix."""
+    return fetch(path) if exists(path) else fetch_tree(path)
+
+
+def publish_tree(folder: Path) -> None:
+    """Upload every file under a mirrored folder whose local copy is not the store's already."""
+    if url_of(folder) is None:
+        return
+    for path in files_under_locally(folder):
+        marker = _version_file(path)
+        if not marker.is_file() or marker.stat().st_mtime_ns < path.stat().st_mtime_ns:
+            publish([path])
+
+
+def files_under_locally(folder: Path) -> list[Path]:
+    """Every file under a local folder but the hidden ones (temporary files, the mirror's version notes)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
