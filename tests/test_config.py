@@ -39,7 +39,8 @@ def test_the_documented_example_is_the_defaults(tmp_path):
     ("[run]\nseed = -5", "[run] seed must be at least 0, not -5"),
     ("[dedup]\nbands = 0", "[dedup] bands must be at least 1, not 0"),
     ("[decontaminate]\nmin_ngram = 20", "[decontaminate] min_ngram 20 is more than max_ngram 13"),
-    ("[shuffle]\nnum_shards = 0", "[shuffle] num_shards must be at least 1, not 0"),
+    ("[shuffle]\nnum_shards = -1", "[shuffle] num_shards must be at least 0, not -1"),
+    ("[shuffle]\ntarget_shard_mb = 0", "[shuffle] target_shard_mb must be more than 0"),
     ("[train]\nnproc_per_node = 0", "[train] nproc_per_node must be at least 1, not 0"),
     # The trainer's own checks, with the model the options describe.
     ("[train]\nlr = 0.1", "[train] needs train_iters"),

@@ -1,4 +1,5 @@
 import hashlib
+import json
 
 import pyarrow.parquet as pq
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from textmill.errors import TextmillError
 from textmill.pipeline.shuffle import gather_bucket, scatter_record, scatter_shard, shuffle_shards
 
-from conftest import write_jsonl
+from conftest import run_cli, write_jsonl
 
 
 def make_inputs(tmp_path):
@@ -76,3 +77,17 @@ def test_a_gather_without_its_scatter_record_is_one_error(tmp_path):
     with pytest.raises(TextmillError, match="no whole scatter record"):
         gather_bucket([tmp_path / "scatter" / "0.parquet"], 0, tmp_path / "out" / "part-00000.parquet", 2, seed=1)
     assert not (tmp_path / "out" / "part-00000.manifest.json").exists()
+
+
+def test_the_command_sizes_shards_by_target_and_says_when_shards_are_empty(tmp_path):
+    inputs = make_inputs(tmp_path)
+    size = sum(p.stat().st_size for p in inputs)
+    r = run_cli("shuffle", *map(str, inputs), "-o", str(tmp_path / "sized"), "--target-shard-mb", str(size / 2**20 / 3))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "sized").glob("*.manifest.json")) == [f"part-{b:05d}.manifest.json"
+                                                                                   for b in range(3)]
+    assert "empty" not in r.stderr
+    r = run_cli("shuffle", *map(str, inputs), "-o", str(tmp_path / "many"), "--num-shards", "700")
+    empty = [m for m in (tmp_path / "many").glob("*.manifest.json") if json.loads(m.read_text())["counts"]["input"] == 0]
+    assert r.returncode == 0 and f"note: {len(empty)} of the 700 shuffled shards are empty (601 documents)" in r.stderr
+    assert len(empty) > 100

@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -125,6 +126,24 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, site):
     (tmp_path / "typo.toml").write_text("[clean]\nmin_token = 3\n")
     bad = run_cli("run", str(tmp_path / "typo.toml"))
     assert bad.returncode == 2 and "[clean] has no field 'min_token'" in bad.stderr
+
+
+def test_with_num_shards_0_the_shuffle_sizes_its_shards_by_target_shard_mb(tmp_path, site):
+    config = make_run(tmp_path, site)
+    config.write_text(config.read_text().replace("num_shards = 2", "num_shards = 0\ntarget_shard_mb = 0.01"))
+    r = run_cli("run", str(config), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    work = tmp_path / "work"
+    [plan] = [json.loads(p.read_text()) for p in (work / "5-shuffle").glob("*/plan.json")]
+    cleaned = sum(json.loads(m.read_text())["bytes"] for m in (work / "4-clean").glob("*/*.manifest.json"))
+    assert plan["input_bytes"] == cleaned and plan["num_shards"] == math.ceil(cleaned / (0.01 * 2**20)) > 2
+    # Every step after the plan has one task per shard it planned: gathers, counts, cuts, token files.
+    assert len(list((work / "5-shuffle").glob("*/part-*.manifest.json"))) == plan["num_shards"]
+    assert len(list((work / "6-decontaminate").glob("*/counts/*.counts.json"))) == plan["num_shards"]
+    assert len(list((work / "8-tokenize").glob("*/part-*.manifest.json"))) == plan["num_shards"]
+    assert IndexedDataset(MergeDataset(str(config)).dataset()).num_documents > 20
+    before = stage_files(work)
+    assert run_cli("run", str(config)).returncode == 0 and stage_files(work) == before
 
 
 def test_a_changed_setting_reruns_its_stage_and_everything_after_it_only(tmp_path, site):

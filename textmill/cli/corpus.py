@@ -4,6 +4,7 @@ over shards or loose JSON lines, ending with a one-line summary."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files, gpt2_tokenizer
@@ -59,11 +60,15 @@ def cmd_clean(args) -> str:
 
 def cmd_shuffle(args) -> str:
     from textmill.pipeline.shards import list_shards
-    from textmill.pipeline.shuffle import shuffle_shards
+    from textmill.pipeline.shuffle import empty_shards_note, shard_count, shuffle_shards
 
     timer = Timer()
     config = from_namespace(ShuffleConfig, args)
-    manifests = shuffle_shards(list_shards(args.inputs), Path(args.output), config.num_shards, config.seed)
+    shards = list_shards(args.inputs)
+    count = config.num_shards or shard_count(sum(p.stat().st_size for p in shards), config.target_shard_mb)
+    manifests = shuffle_shards(shards, Path(args.output), count, config.seed)
+    if empty_shards_note(manifests):
+        print(f"textmill: {empty_shards_note(manifests)}", file=sys.stderr)
     return summary_line("shuffle", manifests, Path(args.output), timer.seconds)
 
 

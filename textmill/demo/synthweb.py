@@ -1,7 +1,8 @@
 """A small synthetic web for the demo, the tests and the benchmarks: seeded, generated English prose
 pages plus the junk the corpus stages exist to remove (near-duplicate copies, other languages, mojibake,
 short pages, blacklisted domains and extensions, broken links) and every server fault the scraper must
-survive. `serve()` runs it on 127.0.0.1; nothing here touches any other address.
+survive. `serve()` runs it on 127.0.0.1 (or on an address of a network namespace a test made); nothing here
+reaches out to any address.
 """
 
 from __future__ import annotations
@@ -243,8 +244,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # socketserver's default backlog of 5 drops connections under load
 
-    def __init__(self, web: SyntheticWeb, latency_s: float, port: int):
-        super().__init__(("127.0.0.1", port), _Handler)
+    def __init__(self, web: SyntheticWeb, latency_s: float, port: int, host: str):
+        super().__init__((host, port), _Handler)
         self.web = web
         self.latency_s = latency_s
         self.hits: dict[str, int] = {}
@@ -253,10 +254,10 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(web: SyntheticWeb, latency_s: float = 0.0, port: int = 0) -> Iterator[_Server]:
-    """Serve `web` on 127.0.0.1 at `port` (0: a free one) in a background thread; `server.hits` counts
-    requests."""
-    server = _Server(web, latency_s, port)
+def serve(web: SyntheticWeb, latency_s: float = 0.0, port: int = 0, host: str = "127.0.0.1") -> Iterator[_Server]:
+    """Serve `web` on `host` (127.0.0.1, or the address of a network namespace a test made) at `port` (0: a
+    free one) in a background thread; `server.hits` counts requests."""
+    server = _Server(web, latency_s, port, host)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -22,8 +22,7 @@ from tqdm import tqdm
 
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.config import CleanConfig
-from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
+from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)
@@ -77,17 +76,11 @@ def token_counter(tokenizer: GPT2Tokenizer | None) -> tuple[Callable[[str], int]
 def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None) -> dict:
     """Clean one document shard into `output`; returns its manifest."""
     count, counted_by = token_counter(tokenizer)
-    n = changed = 0
-    with ShardOutput("clean", output, DOC_SCHEMA, [shard], {**cfg.params(), "tokenizer": counted_by}) as stage:
-        for row, bad in iter_documents(shard):
-            n += 1
-            if bad:
-                stage.reject(row, bad)
-                continue
-            row, reason, fixed = clean_document(row, cfg, count)
-            changed += fixed
-            if reason:
-                stage.reject(row, reason)
-            else:
-                stage.keep(row)
-        return stage.finish(n, ftfy_changed=changed)
+    stats = {"ftfy_changed": 0}
+
+    def decide(row: dict) -> Verdict:
+        row, reason, fixed = clean_document(row, cfg, count)
+        stats["ftfy_changed"] += fixed
+        return row, reason
+
+    return filter_documents("clean", shard, output, {**cfg.params(), "tokenizer": counted_by}, decide, stats=stats)

@@ -24,7 +24,7 @@ from textmill.errors import TextmillError
 from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_record, write_json
 from textmill.pipeline.config import DecontaminateConfig
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
+from textmill.pipeline.stage import Verdict, filter_documents
 
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")
@@ -132,30 +132,22 @@ def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfi
 
 def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> dict:
     """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
-    n = touched = chars_removed = 0
-    with ShardOutput("decontaminate", output, DOC_SCHEMA, [shard, *cfg.eval_files], cfg.params()) as stage:
-        for row, bad in iter_documents(shard):
-            n += 1
-            if bad:
-                stage.reject(row, bad)
-                continue
-            text = row["text"] or ""
-            spans = [(s, e) for _, s, e in find_matches(words_with_spans(text), ngrams)]
-            if not spans:
-                stage.keep(row)
-                continue
-            pieces = cut_matches(text, spans, cfg)
-            touched += 1
-            if not pieces:
-                stage.reject(row, "contaminated_no_clean_fragment")
-                chars_removed += len(text)
-            elif len(pieces) > cfg.max_pieces:
-                stage.reject(row, "contaminated_too_many_pieces")
-                chars_removed += len(text)
-            else:
-                chars_removed += len(text) - sum(len(p) for p in pieces)
-                stage.keep_pieces([{**row, "id": f"{row['id']}-{k}", "text": p} for k, p in enumerate(pieces)])
-        return stage.finish(n, documents_touched=touched, characters_removed=chars_removed)
+    stats = {"documents_touched": 0, "characters_removed": 0}
+
+    def decide(row: dict) -> Verdict:
+        text = row["text"] or ""
+        spans = [(s, e) for _, s, e in find_matches(words_with_spans(text), ngrams)]
+        if not spans:
+            return row, None
+        pieces = cut_matches(text, spans, cfg)
+        stats["documents_touched"] += 1
+        if not pieces or len(pieces) > cfg.max_pieces:
+            stats["characters_removed"] += len(text)
+            return row, "contaminated_no_clean_fragment" if not pieces else "contaminated_too_many_pieces"
+        stats["characters_removed"] += len(text) - sum(len(p) for p in pieces)
+        return [{**row, "id": f"{row['id']}-{k}", "text": p} for k, p in enumerate(pieces)], None
+
+    return filter_documents("decontaminate", shard, output, cfg.params(), decide, [shard, *cfg.eval_files], stats)
 
 
 def decontaminate_shards(shards: list[Path], output_dir: Path, cfg: DecontaminateConfig) -> tuple[list[dict], dict]:

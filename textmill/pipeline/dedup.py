@@ -42,7 +42,8 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, write_json
 from textmill.pipeline.config import DedupConfig
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, write_table
+from textmill.pipeline.shards import write_table
+from textmill.pipeline.stage import Verdict, filter_documents
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
@@ -284,15 +285,8 @@ def dedup_shards(shards: list[Path], output_dir: Path, cfg: DedupConfig) -> tupl
 
 def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], cfg: DedupConfig, inputs: list[Path]) -> dict:
     """Keep the documents of `shard` that are not near-duplicates of an earlier one."""
-    n = 0
-    with ShardOutput("dedup", output, DOC_SCHEMA, inputs, cfg.params()) as stage:
-        for row, bad in iter_documents(shard):
-            n += 1
-            keeper = duplicates.get(row["id"])
-            if bad:
-                stage.reject(row, bad)
-            elif keeper is None:
-                stage.keep(row)
-            else:
-                stage.reject(row, f"near_duplicate_of={keeper}")
-        return stage.finish(n)
+    def decide(row: dict) -> Verdict:
+        keeper = duplicates.get(row["id"])
+        return row, None if keeper is None else f"near_duplicate_of={keeper}"
+
+    return filter_documents("dedup", shard, output, cfg.params(), decide, inputs)

@@ -14,6 +14,7 @@ as Python objects. The same inputs and seed give the same bytes, whichever worke
 from __future__ import annotations
 
 import hashlib
+import math
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,12 @@ from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, reject_schema, shard_kind
 
 SCATTER_SCHEMA = reject_schema(DOC_SCHEMA)  # the reason column carries bad input records along to a reject
+
+
+def shard_count(input_bytes: int, target_mb: float) -> int:
+    """How many output shards give shards of about `target_mb` MiB for `input_bytes` of input shards (rows
+    keep their size through a shuffle), at least one."""
+    return max(1, math.ceil(input_bytes / (target_mb * 2**20)))
 
 
 def bucket_of(doc_id: str, seed: int, num_shards: int) -> int:
@@ -94,6 +101,16 @@ def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: 
         stage.keep_table(table.filter(pc.invert(bad)).drop_columns(["reason"]))
         stage.reject_table(table.filter(bad))
         return stage.finish(table.num_rows)
+
+
+def empty_shards_note(manifests: list[dict]) -> str | None:
+    """A line saying how many shuffled shards came out empty (more shards asked for than documents), if any."""
+    empty = sum(1 for m in manifests if m["counts"]["input"] == 0)
+    if not empty:
+        return None
+    documents = sum(m["counts"]["input"] for m in manifests)
+    return (f"note: {empty} of the {len(manifests)} shuffled shards are empty ({documents} documents); ask for "
+            "fewer shards, or none (num_shards 0) to size them by target_shard_mb")
 
 
 def shuffle_shards(inputs: list[Path], output_dir: Path, num_shards: int, seed: int) -> list[dict]:

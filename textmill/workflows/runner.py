@@ -269,14 +269,14 @@ def corpus_record(config: str) -> dict:
             timed += [t.BlacklistDuplicates(config, p) for p in range(settings.blacklist.duplicate_partitions)]
         if name == "shuffle":
             timed += [t.ShuffleScatter(config, i) for i in range(n)]
-            timed += [t.ShuffleGather(config, b) for b in range(settings.shuffle.num_shards)]
+            timed += [t.ShufflePlan(config), *t.Shuffle(config).requires_later()]
         if name == "dedup":
             clusters = t.DedupClusters(config)
             timed += [clusters] + [step(config, i) for i in range(n) for step in (t.SignatureShard, t.DedupBandKeys)]
             timed += [t.DedupBand(config, b) for b in range(settings.dedup.bands + 1)]
             part["dedup"] = read(clusters.done_file())
         if name == "decontaminate":
-            parts = range(settings.shuffle.num_shards)
+            parts = range(t.shuffle_shard_count(config))
             timed += [t.DecontaminateSelect(config)] + [step(config, j) for j in parts
                                                         for step in (t.DecontaminateCount, t.DecontaminateShard)]
             part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold}

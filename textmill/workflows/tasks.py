@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -116,8 +117,16 @@ class RunTask(luigi.Task):
         return self.output().exists()
 
     def run(self):
+        later = [t for t in self.requires_later() if not t.complete()]
+        if later:
+            yield later
         self.make()
         publish(self.written())
+
+    def requires_later(self) -> list:
+        """Requirements known only once an earlier task has finished (those that depend on the shuffle's
+        shard count): yielded by run, Luigi's dynamic dependencies."""
+        return []
 
     def make(self) -> None:
         """The task's work, on local paths (its inputs fetched from the store when WORK is one)."""
@@ -217,9 +226,12 @@ class BlacklistDuplicates(RunTask):
         return self.folder() / f"part-{self.partition:05d}.parquet"
 
     def make(self):
-        from textmill.pipeline.blacklist import find_duplicates
+        from textmill.pipeline.blacklist import find_duplicates, ids_path
 
-        find_duplicates([fetch(t.shard_file()) for t in self.requires()], self.partition, self.done_file())
+        checked = [t.shard_file() for t in self.requires()]
+        for path in checked:  # what find_duplicates reads: each file's passed ids and its record
+            fetch(ids_path(path))
+        find_duplicates(checked, self.partition, self.done_file())
 
 
 class BlacklistShard(ShardTask):
@@ -322,7 +334,10 @@ class DedupBand(RunTask):
     def make(self):
         from textmill.pipeline.dedup import band_pairs, write_pairs
 
-        write_pairs(band_pairs([fetch(t.shard_file()) for t in self.requires()], self.band), self.done_file())
+        for task in self.requires():  # the band keys and their record
+            fetch(task.shard_file())
+            fetch(task.done_file())
+        write_pairs(band_pairs([t.shard_file() for t in self.requires()], self.band), self.done_file())
 
 
 class DedupClusters(RunTask):
@@ -397,16 +412,64 @@ class CleanShard(ShardTask):
                     given_tokenizer(self.settings))
 
 
+def shuffle_shard_count(config: str) -> int | None:
+    """How many shards the shuffle writes: [shuffle] num_shards, or when that is 0 what ShufflePlan chose
+    from the cleaned corpus's size (None until it has)."""
+    settings = run_config(config)
+    if settings.shuffle.num_shards:
+        return settings.shuffle.num_shards
+    plan = read_json_record(ShufflePlan(config).done_file(), "the shuffle is planned again")
+    return plan and plan["num_shards"]
+
+
+def shuffle_key_params(settings: RunConfig) -> tuple:
+    """What of [shuffle] names the shuffle's folders: the shard count, or the size it is derived from."""
+    count = settings.shuffle.num_shards or ("target_shard_mb", settings.shuffle.target_shard_mb)
+    return count, settings.run.seed
+
+
+class ShufflePlan(RunTask):
+    """With [shuffle] num_shards = 0: the shard count, from the cleaned shards' sizes and target_shard_mb.
+    The tasks after it that need the count find it here (and, asked before it is known, wait for it)."""
+
+    stage = "5-shuffle"
+
+    def own_key(self) -> str:
+        return Shuffle(self.config).key()
+
+    def requires(self):
+        return [CleanShard(self.config, i) for i in range(num_url_files(self.settings))]
+
+    def done_file(self) -> Path:
+        return self.folder() / "plan.json"
+
+    def make(self):
+        from textmill.pipeline.shuffle import shard_count
+
+        size = sum(read_json(t.done_file()).get("bytes") or fetch(t.shard_file()).stat().st_size for t in self.requires())
+        write_json({"input_bytes": size, "target_shard_mb": self.settings.shuffle.target_shard_mb,
+                    "num_shards": shard_count(size, self.settings.shuffle.target_shard_mb)}, self.done_file())
+
+
+def after_shuffle_planned(task: RunTask, fan_out, before: list) -> list:
+    """`fan_out(count)`, the tasks that need the shuffle's shard count, or `before` while it is not known
+    (the task's run yields the fan-out then: Luigi's dynamic dependencies)."""
+    count = shuffle_shard_count(task.config)
+    return fan_out(count) if count is not None else before
+
+
 class ShuffleScatter(ShardTask):
     """One cleaned shard's documents sorted by the output shard of the shuffle their id hashes to."""
 
     stage = "5-shuffle-scatter"
 
     def own_key(self) -> str:
-        return key_of(CleanShard(self.config, self.shard).key(), self.settings.shuffle.num_shards, self.settings.run.seed)
+        return key_of(CleanShard(self.config, self.shard).key(), *shuffle_key_params(self.settings))
 
     def requires(self):
-        return CleanShard(self.config, self.shard)
+        if self.settings.shuffle.num_shards:
+            return CleanShard(self.config, self.shard)
+        return [CleanShard(self.config, self.shard), ShufflePlan(self.config)]
 
     def done_file(self) -> Path:
         from textmill.pipeline.shuffle import scatter_record
@@ -417,7 +480,7 @@ class ShuffleScatter(ShardTask):
         from textmill.pipeline.shuffle import scatter_shard
 
         scatter_shard(fetch(CleanShard(self.config, self.shard).shard_file()), self.shard_file(),
-                      self.settings.shuffle.num_shards, self.settings.run.seed)
+                      shuffle_shard_count(self.config), self.settings.run.seed)
 
 
 class ShuffleGather(RunTask):
@@ -433,7 +496,7 @@ class ShuffleGather(RunTask):
         return [ShuffleScatter(self.config, i) for i in range(num_url_files(self.settings))]
 
     def done_file(self) -> Path:
-        return manifest_path(Shuffle(self.config).shards()[self.bucket])
+        return manifest_path(self.shard())
 
     def make(self):
         from textmill.pipeline.shuffle import gather_bucket, scatter_record
@@ -442,10 +505,10 @@ class ShuffleGather(RunTask):
         for path in scattered:
             fetch(scatter_record(path))
             fetch(path)
-        gather_bucket(scattered, self.bucket, self.shard(), self.settings.shuffle.num_shards, self.settings.run.seed)
+        gather_bucket(scattered, self.bucket, self.shard(), shuffle_shard_count(self.config), self.settings.run.seed)
 
     def shard(self) -> Path:
-        return Shuffle(self.config).shards()[self.bucket]
+        return Shuffle(self.config).shard(self.bucket)
 
     def written(self) -> list[Path]:
         return written_as(self.shard().parent, self.shard().stem, self.done_file())
@@ -459,17 +522,31 @@ class Shuffle(RunTask):
 
     def own_key(self) -> str:
         shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.settings))]
-        return key_of(shards, self.settings.shuffle.num_shards, self.settings.run.seed)
+        return key_of(shards, *shuffle_key_params(self.settings))
+
+    def fan_out(self, count: int) -> list:
+        return [ShuffleGather(self.config, b) for b in range(count)]
 
     def requires(self):
-        return [ShuffleGather(self.config, b) for b in range(self.settings.shuffle.num_shards)]
+        return after_shuffle_planned(self, self.fan_out, [ShufflePlan(self.config)])
+
+    def requires_later(self) -> list:
+        return self.fan_out(shuffle_shard_count(self.config))
+
+    def shard(self, bucket: int) -> Path:
+        return self.folder() / f"part-{bucket:05d}.parquet"
 
     def shards(self) -> list[Path]:
-        return [self.folder() / f"part-{b:05d}.parquet" for b in range(self.settings.shuffle.num_shards)]
+        return [self.shard(b) for b in range(shuffle_shard_count(self.config))]
 
     def make(self):
+        from textmill.pipeline.shuffle import empty_shards_note
+
         manifests = [read_json(manifest_path(shard)) for shard in self.shards()]
-        self.finish(documents=sum(m["counts"]["kept"] for m in manifests))
+        note = empty_shards_note(manifests)
+        if note:
+            print(f"textmill: {note}", file=sys.stderr)
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), shards=len(manifests), note=note)
 
 
 class DecontaminateStep(RunTask):
@@ -480,8 +557,8 @@ class DecontaminateStep(RunTask):
     def own_key(self) -> str:
         return Decontaminate(self.config).key()
 
-    def shuffled(self) -> list[Path]:
-        return Shuffle(self.config).shards()
+    def shuffled(self, part: int) -> Path:
+        return Shuffle(self.config).shard(part)
 
 
 class DecontaminateCount(DecontaminateStep):
@@ -493,20 +570,26 @@ class DecontaminateCount(DecontaminateStep):
         return Shuffle(self.config)
 
     def done_file(self) -> Path:
-        return self.folder() / "counts" / f"{self.shuffled()[self.part].stem}.counts.json"
+        return self.folder() / "counts" / f"{self.shuffled(self.part).stem}.counts.json"
 
     def make(self):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
 
         cfg = self.settings.decontaminate
-        write_counts(count_matches(fetch(self.shuffled()[self.part]), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
+        write_counts(count_matches(fetch(self.shuffled(self.part)), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
 
 
 class DecontaminateSelect(DecontaminateStep):
     """The n-grams pass 2 cuts: the counts of every shard added up, those seen fewer than key_threshold times."""
 
+    def fan_out(self, count: int) -> list:
+        return [DecontaminateCount(self.config, j) for j in range(count)]
+
     def requires(self):
-        return [DecontaminateCount(self.config, j) for j in range(self.settings.shuffle.num_shards)]
+        return after_shuffle_planned(self, self.fan_out, [Shuffle(self.config)])
+
+    def requires_later(self) -> list:
+        return self.fan_out(shuffle_shard_count(self.config))
 
     def done_file(self) -> Path:
         return self.folder() / "selected.json"
@@ -514,7 +597,8 @@ class DecontaminateSelect(DecontaminateStep):
     def make(self):
         from textmill.pipeline.decontaminate import select_from_counts
 
-        select_from_counts([fetch(t.done_file()) for t in self.requires()], self.settings.decontaminate, self.done_file())
+        counts = [fetch(t.done_file()) for t in self.requires_later()]
+        select_from_counts(counts, self.settings.decontaminate, self.done_file())
 
 
 class DecontaminateShard(DecontaminateStep):
@@ -526,16 +610,16 @@ class DecontaminateShard(DecontaminateStep):
         return DecontaminateSelect(self.config)
 
     def done_file(self) -> Path:
-        return manifest_path(Decontaminate(self.config).shards()[self.part])
+        return manifest_path(self.shard())
 
     def make(self):
         from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
 
         chosen = read_selected(fetch(DecontaminateSelect(self.config).done_file()))
-        decontaminate_shard(fetch(self.shuffled()[self.part]), self.shard(), chosen, self.settings.decontaminate)
+        decontaminate_shard(fetch(self.shuffled(self.part)), self.shard(), chosen, self.settings.decontaminate)
 
     def shard(self) -> Path:
-        return Decontaminate(self.config).shards()[self.part]
+        return Decontaminate(self.config).shard(self.part)
 
     def written(self) -> list[Path]:
         return written_as(self.shard().parent, self.shard().stem, self.done_file())
@@ -551,11 +635,20 @@ class Decontaminate(RunTask):
         evals = [file_fingerprint(p)["sha256"] for p in self.settings.decontaminate.eval_files]
         return key_of(Shuffle(self.config).key(), evals, self.settings.decontaminate.params())
 
+    def fan_out(self, count: int) -> list:
+        return [DecontaminateShard(self.config, j) for j in range(count)]
+
     def requires(self):
-        return [DecontaminateShard(self.config, j) for j in range(self.settings.shuffle.num_shards)]
+        return after_shuffle_planned(self, self.fan_out, [DecontaminateSelect(self.config)])
+
+    def requires_later(self) -> list:
+        return self.fan_out(shuffle_shard_count(self.config))
+
+    def shard(self, part: int) -> Path:
+        return self.folder() / Shuffle(self.config).shard(part).name
 
     def shards(self) -> list[Path]:
-        return [self.folder() / p.name for p in Shuffle(self.config).shards()]
+        return [self.shard(j) for j in range(shuffle_shard_count(self.config))]
 
     def make(self):
         from textmill.pipeline.decontaminate import summary
@@ -642,7 +735,7 @@ class TokenizeShard(RunTask):
         from textmill.tokenizers.preprocess import tokenize_files
 
         tokenizer = GPT2Tokenizer(*map(fetch, tokenizer_files(self.config, self.settings)))
-        tokenize_files([fetch(corpus_task(self.config).shards()[self.part])], self.prefix(), tokenizer,
+        tokenize_files([fetch(corpus_task(self.config).shard(self.part))], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1), progress=False)
 
 
@@ -655,8 +748,14 @@ class MergeDataset(RunTask):
     def own_key(self) -> str:
         return TokenizeShard(self.config, 0).key()
 
+    def fan_out(self, count: int) -> list:
+        return [TokenizeShard(self.config, j) for j in range(count)]
+
     def requires(self):
-        return [TokenizeShard(self.config, j) for j in range(self.settings.shuffle.num_shards)]
+        return after_shuffle_planned(self, self.fan_out, [corpus_task(self.config)])
+
+    def requires_later(self) -> list:
+        return self.fan_out(shuffle_shard_count(self.config))
 
     def dataset(self) -> Path:
         return self.folder() / "corpus_text_document"
@@ -665,10 +764,11 @@ class MergeDataset(RunTask):
         from textmill.megatron.indexed import merge_datasets
 
         started = time.perf_counter()
-        for task in self.requires():
-            fetch(data_file_path(task.dataset()))
-            fetch(index_file_path(task.dataset()))
-        merged = merge_datasets([t.dataset() for t in self.requires()], self.dataset())
+        parts = [t.dataset() for t in self.requires_later()]
+        for prefix in parts:
+            fetch(data_file_path(prefix))
+            fetch(index_file_path(prefix))
+        merged = merge_datasets(parts, self.dataset())
         vocab, merges = tokenizer_files(self.config, self.settings)
         self.finish(dataset=shown(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
                     vocab_file=shown(vocab), merge_file=shown(merges), seconds=time.perf_counter() - started,
