@@ -12,8 +12,11 @@ sizes).
     python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 5000] [--bpe]
 
 Prints, per corpus size and stage: wall time with 1 and 2 workers and their ratio, the largest peak RSS
-of any of the stage's tasks, documents/s; then the ratio of each stage's largest task RSS between the
-largest and the smallest corpus.
+of any of the stage's tasks, documents/s; then each stage's time extrapolated to 8M and 100M documents
+with 64 workers (from the largest corpus's task times: per-shard tasks shared among the workers,
+once-per-stage tasks serial, both linear in the documents but the bounded BPE sample; assumes each
+worker as fast as one core here, enough shards to keep them busy, and storage and scheduler never the
+bottleneck); then the ratio of each stage's largest task RSS between the largest and the smallest corpus.
 """
 
 from __future__ import annotations
@@ -140,9 +143,35 @@ def build(config: Path, workers: int, log: Path, bpe: bool) -> dict[str, dict]:
                            worker_scheduler_factory=Schedulers()):
             raise SystemExit(f"{stage} of {config} failed")
         records = [json.loads(line) for line in log.read_text().splitlines()]
+        families: dict[str, list[float]] = {}
+        for r in records:
+            families.setdefault(r["family"], []).append(r["end"] - r["start"])
         result[stage] = {"wall": time.perf_counter() - started, "rss": max(r["rss"] for r in records),
-                         "tasks": len(records)}
+                         "tasks": len(records),
+                         # task-seconds of the task kinds that run once per shard (or band, partition), and of
+                         # those that run once per stage (a clustering, a selection, the BPE, the merge)
+                         "parallel_s": sum(sum(t) for t in families.values() if len(t) > 1),
+                         "serial_s": sum(sum(t) for t in families.values() if len(t) == 1)}
     return result
+
+
+def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], workers: int) -> None:
+    """Each stage's wall time at `sizes` documents with `workers` workers, from this run's task times:
+    the per-shard work divided among the workers, the once-per-stage work serial; both linear in the
+    documents, but the BPE, whose sample is bounded."""
+    print(f"\nExtrapolated from {documents:,} documents to {workers} workers (hours):\n")
+    print("| stage | per-shard task-s | once-per-stage s | " + " | ".join(f"{n:,} documents" for n in sizes) + " |")
+    print("|---|---:|---:|" + "---:|" * len(sizes))
+    totals = [0.0] * len(sizes)
+    for stage, r in result.items():
+        hours = []
+        for k, n in enumerate(sizes):
+            scale = n / documents
+            serial = r["serial_s"] if stage == "bpe" else r["serial_s"] * scale
+            hours.append((r["parallel_s"] * scale / workers + serial) / 3600)
+            totals[k] += hours[-1]
+        print(f"| {stage} | {r['parallel_s']:,.0f} | {r['serial_s']:,.0f} | " + " | ".join(f"{h:.2f}" for h in hours) + " |")
+    print("| all | | | " + " | ".join(f"{h:.2f}" for h in totals) + " |")
 
 
 def main() -> None:
@@ -173,6 +202,7 @@ def main() -> None:
             print(f"| {documents:,} | {stage} | {first[stage]['tasks']} | " + " | ".join(f"{w:.1f}" for w in walls)
                   + f" | {walls[-1] / walls[0]:.2f} | {largest[documents][stage] / 2**20:,.0f} | "
                   f"{documents / walls[-1]:,.0f} |", flush=True)
+    extrapolate(args.documents[-1], results[args.workers[0]], [8_000_000, 100_000_000], 64)
     if len(args.documents) > 1:
         small, big = args.documents[0], args.documents[-1]
         print(f"\nLargest task RSS, {big:,} documents over {small:,}:\n")
