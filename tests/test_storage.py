@@ -177,3 +177,20 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     assert r.returncode == 0, r.stderr[-3000:]
     merged = MergeDataset(str(config))
     assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files()) == dataset_bytes(local)
+
+
+def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s3.mkdir("ranged")
+    local = tmp_path / "groups.parquet"
+    pq.write_table(pa.table({"x": list(range(100_000))}), local, row_group_size=10_000)
+    s3.put_file(str(local), "ranged/groups.parquet")
+    path = store.local_path("s3://ranged/groups.parquet")
+    with store.readable(path) as source:
+        assert pq.ParquetFile(source).read_row_group(3)["x"].to_pylist() == list(range(30_000, 40_000))
+    assert not path.exists()  # read in place, not downloaded
+    store.fetch(path)
+    with store.readable(path) as source:
+        assert source == path  # the local copy, now current

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.+)$")
 OPTIONS: dict[str, dict] = {}  # fsspec storage options by protocol
@@ -121,6 +122,23 @@ def fetch(path: Path) -> Path:
         partial.unlink(missing_ok=True)
     _record_version(path, version)
     return path
+
+
+@contextmanager
+def readable(path: Path) -> Iterator[Path | BinaryIO]:
+    """A file to read part of (a Parquet row group): the local copy when it is the store's current one,
+    else the object opened for ranged reads, so only the parts read are downloaded."""
+    url = url_of(path)
+    if url is None:
+        yield path
+        return
+    fs, key = filesystem(url)
+    marker = _version_file(path)
+    if path.is_file() and marker.is_file() and marker.read_text() == _version(fs, key):
+        yield path
+        return
+    with fs.open(key, "rb") as f:
+        yield f
 
 
 def exists(path: Path) -> bool:

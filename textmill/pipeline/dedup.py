@@ -47,7 +47,7 @@ from textmill.pipeline.stage import Verdict, filter_documents
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
-BAND_ROWS = 65536  # keys per row group of a band-keys file: what a band's merge holds of each shard
+STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (it merges every shard's)
 
 
 def shingles(text: str, size: int, unit: str) -> set[bytes]:
@@ -162,21 +162,28 @@ def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
     orders = [np.argsort(k, kind="stable") for k in blocks]
     table = pa.table({"key": pa.array(np.concatenate([k[o] for k, o in zip(blocks, orders)]), pa.uint64()),
                       "row": pa.array(np.concatenate(orders).astype(np.uint32), pa.uint32())})
-    with atomic_path(output) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=BAND_ROWS)
+    with atomic_path(output) as tmp:  # a row group per band: a band's merge reads only its own
+        pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, len(ids)))
     record = {"signatures": signatures.name, "rows": len(ids), "bands": cfg.bands + 1}
     write_json(record, bands_record(output))
     return record
 
 
 def band_stream(path: Path, rows: int, band: int, shard: int) -> Iterator[tuple[int, int, int]]:
-    """(key, shard, row) of one band of one shard's sorted keys, read a row group at a time."""
+    """(key, shard, row) of one band of one shard's sorted keys, STREAM_ROWS at a time from the row groups
+    that hold the band (one, as band_keys_shard writes them; any layout is read by its row counts)."""
     start, end = band * rows, (band + 1) * rows
     reader = pq.ParquetFile(path)
-    for group in range(start // BAND_ROWS, -(-end // BAND_ROWS)):
-        first = group * BAND_ROWS
-        table = reader.read_row_group(group).slice(max(start - first, 0), end - max(start, first))
-        yield from zip(table["key"].to_pylist(), itertools.repeat(shard), table["row"].to_pylist())
+    first = 0  # the file's row number where the row group begins
+    for group in range(reader.num_row_groups):
+        size = reader.metadata.row_group(group).num_rows
+        if first < end and first + size > start:
+            at = first
+            for batch in reader.iter_batches(batch_size=STREAM_ROWS, row_groups=[group], columns=["key", "row"]):
+                part = batch.slice(max(start - at, 0), max(min(end - at, batch.num_rows) - max(start - at, 0), 0))
+                yield from zip(part.column(0).to_pylist(), itertools.repeat(shard), part.column(1).to_pylist())
+                at += batch.num_rows
+        first += size
 
 
 def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
+from textmill.io.store import readable
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, reject_schema, shard_kind
 
@@ -92,7 +93,8 @@ def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: 
             raise TextmillError(f"{path} has no whole scatter record; scatter its input again")
         group = record["row_groups"].get(str(bucket))
         if group is not None:
-            parts.append(pq.ParquetFile(path).read_row_group(group))
+            with readable(path) as source:  # in a store, only this row group is downloaded
+                parts.append(pq.ParquetFile(source).read_row_group(group))
     table = pa.concat_tables([SCATTER_SCHEMA.empty_table(), *parts]).combine_chunks()
     table = table.take(np.random.default_rng([seed, bucket]).permutation(table.num_rows))
     bad = pc.is_valid(table["reason"])

@@ -502,9 +502,8 @@ class ShuffleGather(RunTask):
         from textmill.pipeline.shuffle import gather_bucket, scatter_record
 
         scattered = [ShuffleScatter(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
-        for path in scattered:
+        for path in scattered:  # the records; gather_bucket reads only this bucket's row group of each shard
             fetch(scatter_record(path))
-            fetch(path)
         gather_bucket(scattered, self.bucket, self.shard(), shuffle_shard_count(self.config), self.settings.run.seed)
 
     def shard(self) -> Path:
