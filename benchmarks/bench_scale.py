@@ -122,7 +122,7 @@ def stage_targets(config: Path, bpe: bool) -> list[tuple[str, list]]:
     return stages + ([("bpe", [t.TrainTokenizer(str(config))])] if bpe else []) + [("tokenize", [t.MergeDataset(str(config))])]
 
 
-def build(config: Path, workers: int, log: Path, bpe: bool) -> dict[str, dict]:
+def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | None = None) -> dict[str, dict]:
     """Each stage built in turn (so no stage's time holds another's): its wall time, its tasks' largest
     peak RSS and how many tasks it ran."""
     import luigi
@@ -136,7 +136,10 @@ def build(config: Path, workers: int, log: Path, bpe: bool) -> dict[str, dict]:
     RunTask.event_handler(luigi.Event.SUCCESS)(record_task)
     os.environ["BENCH_TASK_LOG"] = str(log)
     result = {}
-    for stage, targets in stage_targets(config, bpe):
+    stages = stage_targets(config, bpe)
+    if stop_after:
+        stages = stages[:[name for name, _ in stages].index(stop_after) + 1]
+    for stage, targets in stages:
         log.write_text("")
         started = time.perf_counter()
         if not luigi.build(targets, workers=workers, local_scheduler=True, log_level="WARNING",
@@ -180,6 +183,8 @@ def main() -> None:
     ap.add_argument("--shard-documents", type=int, default=5000, help="documents per shard (and per URL list file)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Luigi worker counts to compare")
     ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
+    ap.add_argument("--stop-after", choices=["dedup", "clean", "shuffle", "decontaminate", "bpe", "tokenize"],
+                    help="build the stages up to this one only")
     args = ap.parse_args()
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {args.shard_documents} documents a shard\n")
@@ -193,7 +198,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 config = write_corpus(Path(tmp), documents, args.shard_documents, args.bpe)
                 log = Path(tmp) / "tasks.jsonl"
-                results[workers] = build(config, workers, log, args.bpe)
+                results[workers] = build(config, workers, log, args.bpe, args.stop_after)
                 shutil.rmtree(Path(tmp) / "work")
         first = results[args.workers[0]]
         largest[documents] = {stage: max(r[stage]["rss"] for r in results.values()) for stage in first}

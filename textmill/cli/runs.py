@@ -38,6 +38,11 @@ What it writes, under [run] work_dir (WORK):
   WORK/report.html           the newest run's report: funnel, histograms, loss curves, evaluation, timings
   WORK/results.md            the last runs side by side, with REGRESSION notes (WORK/results.tsv: all runs)
 
+WORK and every input may be URLs in a store fsspec reaches (s3://bucket/prefix: the s3 extra, '.[s3]').
+Each machine then works in a local copy under $TEXTMILL_CACHE (default ~/.cache/textmill): a task
+downloads what it reads and uploads what it wrote, its manifest last. Credentials and endpoints come from
+the usual places (AWS_ENDPOINT_URL, the credential chain) or a [storage.PROTOCOL] table.
+
 When it fails it exits with status 1, Luigi's summary, and a last line naming the failed task and its
 cause; `textmill status CONFIG` lists each failed task with its error. Fix the cause and run again:
 finished tasks are kept, only the rest runs. Without --scheduler-url one run works in WORK at a time: a
