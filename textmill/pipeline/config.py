@@ -105,7 +105,7 @@ class ShuffleConfig(StageConfig):
     num_shards: int = setting(0, "shards after the global shuffle (and token files before the merge); 0: as many as "
                               "make shards of about target_shard_mb", least=0)
     target_shard_mb: float = setting(128.0, "with num_shards = 0, the size of a shuffled shard (zstd Parquet, MiB) to aim "
-                                     "for; a shuffle task holds about 3 times this in memory", above=0)
+                                     "for; a shuffle gather holds its whole shard in memory, decompressed", above=0)
     seed: int = setting(1234, "shuffle seed", least=0, most=SEED_MAX)
 
 
