@@ -91,11 +91,17 @@ def _version_file(path: Path) -> Path:
 
 def _version(fs, key: str) -> str:
     fs.invalidate_cache(key)
-    return str(fs.ukey(key))  # fsspec's "has this object changed" key: the ETag and size for S3
+    return str(fs.ukey(key))  # fsspec's "has this object changed" key: a hash of the object's metadata
 
 
 def _record_version(path: Path, version: str) -> None:
     _version_file(path).write_text(version)
+
+
+def _is_current(path: Path, version: str) -> bool:
+    """Whether the local copy is the store's object at `version`."""
+    marker = _version_file(path)
+    return path.is_file() and marker.is_file() and marker.read_text() == version
 
 
 def fetch(path: Path) -> Path:
@@ -110,8 +116,7 @@ def fetch(path: Path) -> Path:
         for stale in (path, _version_file(path)):
             stale.unlink(missing_ok=True)
         raise FileNotFoundError(url) from None
-    marker = _version_file(path)
-    if path.is_file() and marker.is_file() and marker.read_text() == version:
+    if _is_current(path, version):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.download-{os.getpid()}")
@@ -133,8 +138,7 @@ def readable(path: Path) -> Iterator[Path | BinaryIO]:
         yield path
         return
     fs, key = filesystem(url)
-    marker = _version_file(path)
-    if path.is_file() and marker.is_file() and marker.read_text() == _version(fs, key):
+    if _is_current(path, _version(fs, key)):
         yield path
         return
     with fs.open(key, "rb") as f:

@@ -75,9 +75,9 @@ class DoneFile(luigi.Target):
         return read_json_record(self.path, "its task will run again") is not None
 
 
-def written_as(folder: Path, stem: str, done: Path) -> list[Path]:
-    """The files of one shard in `folder` (STEM.*), its done file last."""
-    return sorted(folder.glob(f"{stem}.*"), key=lambda p: (p == done, p.name))
+def written_as(folder: Path, pattern: str, done: Path) -> list[Path]:
+    """The files of one shard in `folder` (those matching `pattern`), its done file last."""
+    return sorted(folder.glob(pattern), key=lambda p: (p == done, p.name))
 
 
 class RunTask(luigi.Task):
@@ -158,7 +158,7 @@ class ShardTask(RunTask):
         return manifest_path(self.shard_file())
 
     def written(self) -> list[Path]:
-        return written_as(self.folder(), self.name(), self.done_file())
+        return written_as(self.folder(), f"{self.name()}.*", self.done_file())
 
 
 def num_url_files(settings: RunConfig) -> int:
@@ -451,11 +451,23 @@ class ShufflePlan(RunTask):
                     "num_shards": shard_count(size, self.settings.shuffle.target_shard_mb)}, self.done_file())
 
 
-def after_shuffle_planned(task: RunTask, fan_out, before: list) -> list:
-    """`fan_out(count)`, the tasks that need the shuffle's shard count, or `before` while it is not known
-    (the task's run yields the fan-out then: Luigi's dynamic dependencies)."""
-    count = shuffle_shard_count(task.config)
-    return fan_out(count) if count is not None else before
+class PerShuffledShard:
+    """A task that needs one task per shuffled shard (`fan_out(count)`). While ShufflePlan has not chosen the
+    count, it requires `until_planned()` instead, and its run yields the fan-out once the count is known
+    (Luigi's dynamic dependencies)."""
+
+    def fan_out(self, count: int) -> list:
+        raise NotImplementedError
+
+    def until_planned(self) -> list:
+        raise NotImplementedError
+
+    def requires(self):
+        count = shuffle_shard_count(self.config)
+        return self.fan_out(count) if count is not None else self.until_planned()
+
+    def requires_later(self) -> list:
+        return self.fan_out(shuffle_shard_count(self.config))
 
 
 class ShuffleScatter(ShardTask):
@@ -510,10 +522,10 @@ class ShuffleGather(RunTask):
         return Shuffle(self.config).shard(self.bucket)
 
     def written(self) -> list[Path]:
-        return written_as(self.shard().parent, self.shard().stem, self.done_file())
+        return written_as(self.shard().parent, f"{self.shard().stem}.*", self.done_file())
 
 
-class Shuffle(RunTask):
+class Shuffle(PerShuffledShard, RunTask):
     """The shuffled corpus: done when every output shard is (ShuffleScatter per cleaned shard, then
     ShuffleGather per output shard, each a task of its own)."""
 
@@ -526,11 +538,8 @@ class Shuffle(RunTask):
     def fan_out(self, count: int) -> list:
         return [ShuffleGather(self.config, b) for b in range(count)]
 
-    def requires(self):
-        return after_shuffle_planned(self, self.fan_out, [ShufflePlan(self.config)])
-
-    def requires_later(self) -> list:
-        return self.fan_out(shuffle_shard_count(self.config))
+    def until_planned(self) -> list:
+        return [ShufflePlan(self.config)]
 
     def shard(self, bucket: int) -> Path:
         return self.folder() / f"part-{bucket:05d}.parquet"
@@ -578,17 +587,14 @@ class DecontaminateCount(DecontaminateStep):
         write_counts(count_matches(fetch(self.shuffled(self.part)), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
 
 
-class DecontaminateSelect(DecontaminateStep):
+class DecontaminateSelect(PerShuffledShard, DecontaminateStep):
     """The n-grams pass 2 cuts: the counts of every shard added up, those seen fewer than key_threshold times."""
 
     def fan_out(self, count: int) -> list:
         return [DecontaminateCount(self.config, j) for j in range(count)]
 
-    def requires(self):
-        return after_shuffle_planned(self, self.fan_out, [Shuffle(self.config)])
-
-    def requires_later(self) -> list:
-        return self.fan_out(shuffle_shard_count(self.config))
+    def until_planned(self) -> list:
+        return [Shuffle(self.config)]
 
     def done_file(self) -> Path:
         return self.folder() / "selected.json"
@@ -621,10 +627,10 @@ class DecontaminateShard(DecontaminateStep):
         return Decontaminate(self.config).shard(self.part)
 
     def written(self) -> list[Path]:
-        return written_as(self.shard().parent, self.shard().stem, self.done_file())
+        return written_as(self.shard().parent, f"{self.shard().stem}.*", self.done_file())
 
 
-class Decontaminate(RunTask):
+class Decontaminate(PerShuffledShard, RunTask):
     """The decontaminated corpus: done when every shard is (DecontaminateCount per shuffled shard, then
     DecontaminateSelect, then DecontaminateShard per shard, each a task of its own)."""
 
@@ -637,11 +643,8 @@ class Decontaminate(RunTask):
     def fan_out(self, count: int) -> list:
         return [DecontaminateShard(self.config, j) for j in range(count)]
 
-    def requires(self):
-        return after_shuffle_planned(self, self.fan_out, [DecontaminateSelect(self.config)])
-
-    def requires_later(self) -> list:
-        return self.fan_out(shuffle_shard_count(self.config))
+    def until_planned(self) -> list:
+        return [DecontaminateSelect(self.config)]
 
     def shard(self, part: int) -> Path:
         return self.folder() / Shuffle(self.config).shard(part).name
@@ -727,7 +730,7 @@ class TokenizeShard(RunTask):
         return manifest_file(self.prefix())
 
     def written(self) -> list[Path]:
-        return sorted(self.folder().glob(f"{self.prefix().name}[._]*"), key=lambda p: (p == self.done_file(), p.name))
+        return written_as(self.folder(), f"{self.prefix().name}[._]*", self.done_file())
 
     def make(self):
         from textmill.tokenizers.gpt2 import GPT2Tokenizer
@@ -738,7 +741,7 @@ class TokenizeShard(RunTask):
                        dataclasses.replace(self.settings.tokenize, workers=1), progress=False)
 
 
-class MergeDataset(RunTask):
+class MergeDataset(PerShuffledShard, RunTask):
     """The token files of every shard concatenated in shard order: the training set (Megatron's
     tools/merge_datasets.py)."""
 
@@ -750,11 +753,8 @@ class MergeDataset(RunTask):
     def fan_out(self, count: int) -> list:
         return [TokenizeShard(self.config, j) for j in range(count)]
 
-    def requires(self):
-        return after_shuffle_planned(self, self.fan_out, [corpus_task(self.config)])
-
-    def requires_later(self) -> list:
-        return self.fan_out(shuffle_shard_count(self.config))
+    def until_planned(self) -> list:
+        return [corpus_task(self.config)]
 
     def dataset(self) -> Path:
         return self.folder() / "corpus_text_document"
