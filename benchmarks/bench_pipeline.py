@@ -22,10 +22,11 @@ from pathlib import Path
 from datasketch import MinHash
 
 from textmill.demo import synthweb
-from textmill.pipeline.blacklist import UrlRules, blacklist_files
+from textmill.pipeline.blacklist import BlacklistConfig
 from textmill.pipeline.clean import CleanConfig, clean_document, approx_token_count
 from textmill.pipeline.dedup import DedupConfig, shingles, signature
-from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
+from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
+from textmill.workflows.commands import run_stage
 
 
 def bench_scrape(pages: int, latency: float, levels: list[int]) -> list[tuple]:
@@ -34,11 +35,12 @@ def bench_scrape(pages: int, latency: float, levels: list[int]) -> list[tuple]:
     with synthweb.serve(web, latency_s=latency) as server, tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "urls.txt").write_text("\n".join(synthweb.base_url(server) + p for p in web.url_paths) + "\n")
-        blacklist_files([tmp / "urls.txt"], tmp / "bl", UrlRules(), partitions=2)
+        run_stage("blacklist", [tmp / "urls.txt"], tmp / "bl", {"blacklist": BlacklistConfig()})
         for level in levels:
             out = tmp / f"sc{level}"
             started = time.perf_counter()
-            [m] = scrape_shards([tmp / "bl" / "urls.parquet"], out, ScrapeConfig(concurrency=level, allow_private_addresses=True, extract_workers=2))
+            m = scrape_shard(tmp / "bl" / "urls.parquet", out / "urls.parquet",
+                             ScrapeConfig(concurrency=level, allow_private_addresses=True, extract_workers=2))
             seconds = time.perf_counter() - started
             assert m["counts"]["kept"] == pages
             rows.append((level, pages / seconds))

@@ -115,7 +115,7 @@ def stage_targets(config: Path, bpe: bool) -> list[tuple[str, list]]:
     """The stages in graph order, each as the tasks that finish it."""
     from textmill.workflows import tasks as t
 
-    n = t.num_url_files(t.run_config(str(config)))
+    n = t.num_shards(t.run_config(str(config)))
     stages = [("dedup", [t.DedupShard(str(config), i) for i in range(n)]),
               ("clean", [t.CleanShard(str(config), i) for i in range(n)]),
               ("shuffle", [t.Shuffle(str(config))]), ("decontaminate", [t.Decontaminate(str(config))])]

@@ -53,7 +53,7 @@ def blacklist_steps(config: Path) -> float:
     from textmill.workflows import memos, tasks as t
 
     settings = memos.run_config(str(config))
-    n = t.num_url_files(settings)
+    n = t.num_shards(settings)
     started = time.perf_counter()
     for task in ([t.BlacklistCheck(str(config), i) for i in range(n)]
                  + [t.BlacklistDuplicates(str(config), p) for p in range(settings.blacklist.duplicate_partitions)]

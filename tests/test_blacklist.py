@@ -5,7 +5,9 @@ import lzma
 import pyarrow.parquet as pq
 import pytest
 
-from textmill.pipeline.blacklist import BlacklistConfig, UrlRules, blacklist_files, check_url, normalize_url
+from textmill.pipeline.blacklist import BlacklistConfig, UrlRules, check_url, normalize_url
+from textmill.pipeline.shards import list_shards
+from textmill.workflows.commands import run_stage
 
 from conftest import run_cli
 
@@ -59,7 +61,8 @@ def test_files_compressed_duplicates_and_order(tmp_path):
         f.write(b"https://example.com/4\n\xff\xfe bad bytes\n")
     with lzma.open(tmp_path / "in" / "d.xz", "wt") as f:
         f.write("https://example.com/5\n")
-    manifests = blacklist_files([tmp_path / "in"], tmp_path / "out", RULES, partitions=3)
+    manifests = run_stage("blacklist", [tmp_path / "in"], tmp_path / "out",
+                          {"blacklist": BlacklistConfig(duplicate_partitions=3)}).manifests
     assert [m["output"] for m in manifests] == ["a.parquet", "b.parquet", "c.parquet", "d.parquet"]
     assert pq.read_table(tmp_path / "out" / "a.parquet").column("url").to_pylist() == [
         "https://example.com/1",
@@ -103,9 +106,9 @@ def test_the_duplicate_check_is_the_same_with_any_number_of_partitions(tmp_path)
     outputs = {}
     for partitions in (1, 3, 16):
         out = tmp_path / f"p{partitions}"
-        blacklist_files([tmp_path / "in"], out, RULES, partitions=partitions)
+        run_stage("blacklist", [tmp_path / "in"], out, {"blacklist": BlacklistConfig(duplicate_partitions=partitions)})
         outputs[partitions] = {p.name: p.read_bytes() for p in out.glob("*.parquet")}
-        assert not (out / ".checked").exists()
+        assert list_shards([out]) == [out / f"RS_{k}.parquet" for k in range(4)]  # the steps' files lie elsewhere
     assert outputs[1] == outputs[3] == outputs[16] and len(outputs[1]) == 8
     kept = [u for k in range(4) for u in pq.read_table(tmp_path / "p3" / f"RS_{k}.parquet").column("url").to_pylist()]
     assert len(kept) == len(set(kept)) == len(set(lines[:270]))  # every distinct URL once, where it is first seen

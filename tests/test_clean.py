@@ -1,5 +1,5 @@
 from textmill.demo import synthweb
-from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_shards, token_counter
+from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_shard, token_counter
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
 import random
@@ -24,7 +24,7 @@ def test_clean_fixes_mojibake_and_rejects_with_reasons(tmp_path):
         {"id": "digits", "text": "1234 5678 " * 30},
     ]
     write_jsonl(tmp_path / "in" / "docs.jsonl", rows)
-    [m] = clean_shards([tmp_path / "in" / "docs.jsonl"], tmp_path / "out", CleanConfig())
+    m = clean_shard(tmp_path / "in" / "docs.jsonl", tmp_path / "out" / "docs.parquet", CleanConfig())
     kept = {r["id"]: r for r in pq.read_table(tmp_path / "out" / "docs.parquet").to_pylist()}
     rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / "docs.rejects.parquet").to_pylist()}
     assert set(kept) == {"en", "moji"}
@@ -44,8 +44,8 @@ def test_langdetect_is_deterministic(tmp_path):
     # short, borderline texts are where unseeded langdetect flips between runs
     rows = [{"id": str(i), "text": " ".join(synthweb.sentence(rng).split()[:4]) + " " + "x " * 200} for i in range(40)]
     write_jsonl(tmp_path / "in" / "d.jsonl", rows)
-    clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "o1", CleanConfig(min_tokens=1))
-    clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "o2", CleanConfig(min_tokens=1))
+    clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "o1" / "d.parquet", CleanConfig(min_tokens=1))
+    clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "o2" / "d.parquet", CleanConfig(min_tokens=1))
     for name in ("d.parquet", "d.rejects.parquet"):
         assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes()
 
@@ -62,7 +62,7 @@ def test_exact_bpe_count_with_a_vocabulary(tmp_path):
     assert token_counter(tok)[0](text) == exact > approx
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "a", "text": text}])
     cfg = CleanConfig(min_tokens=(exact + approx + 1) // 2)  # between the two counts
-    [with_vocab] = clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "exact", cfg, tok)
-    [without] = clean_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "approx", cfg)
+    with_vocab = clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "exact" / "d.parquet", cfg, tok)
+    without = clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "approx" / "d.parquet", cfg)
     assert (with_vocab["counts"]["kept"], without["counts"]["kept"]) == (1, 0)
     assert with_vocab["params"]["tokenizer"] != without["params"]["tokenizer"] == "approx"

@@ -5,11 +5,16 @@ import pytest
 
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.pipeline.decontaminate import (DecontaminateConfig, count_matches, decontaminate_shard, decontaminate_shards,
-                                             eval_ngrams, read_selected, select_from_counts, summary,
-                                             words_with_spans, write_counts)
+from textmill.pipeline.decontaminate import (DecontaminateConfig, count_matches, decontaminate_shard, eval_ngrams,
+                                             read_selected, select_from_counts, summary, words_with_spans, write_counts)
+from textmill.workflows.commands import run_stage
 
 from conftest import TEST_DATA, write_jsonl
+
+
+def decontaminate_shards(shards, output, cfg):
+    """`textmill decontaminate` as its tasks run it: the output shards' manifests and its summary."""
+    return run_stage("decontaminate", shards, output, {"decontaminate": cfg})
 
 
 def test_cuts_eval_passages_and_counts(tmp_path):
@@ -88,5 +93,5 @@ def test_per_shard_steps_give_what_one_pass_gives(tmp_path):
     for s in shards:
         for name in (f"{s.stem}.parquet", f"{s.stem}.rejects.parquet"):
             assert (tmp_path / "steps" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
-    assert summary(selected, steps) == info and info["documents_touched"] == 2
+    assert summary(selected, steps).items() <= info.items() and info["documents_touched"] == 2
     assert sum(m["counts"]["kept"] for m in manifests) == 14  # the 10 common ones untouched, the 2 rare ones cut

@@ -18,17 +18,17 @@ import pytest
 
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.pipeline.blacklist import UrlRules, blacklist_files
+from textmill.pipeline.blacklist import BlacklistConfig
 from textmill.pipeline.extract import extract
-from textmill.pipeline.scrape import ScrapeConfig, scrape_shards
-from textmill.pipeline.shards import list_shards
+from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
+from textmill.workflows.commands import run_stage
 
 FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000_000, concurrency=8, extract_workers=0)
 
 
 def url_shard(tmp_path: Path, urls: list[str]) -> Path:
     (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
-    blacklist_files([tmp_path / "urls.txt"], tmp_path / "bl", UrlRules(), partitions=2)
+    run_stage("blacklist", [tmp_path / "urls.txt"], tmp_path / "bl", {"blacklist": BlacklistConfig()})
     return tmp_path / "bl" / "urls.parquet"
 
 
@@ -38,7 +38,7 @@ def test_every_fault_gets_its_reason(tmp_path, small_web, server):
              "/huge.html", "/loop/a.html", "/binary.html", "/report.pdf.html", "/empty.html", "/fr/0.html"]
     shard = url_shard(tmp_path, [base + p for p in paths] + ["http://127.0.0.1:9/closed.html"])
     started = time.perf_counter()
-    [m] = scrape_shards([shard], tmp_path / "sc", FAST)
+    m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", FAST)
     elapsed = time.perf_counter() - started
     rejects = {r["url"].removeprefix(base): r for r in pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
     reasons = {p: r["reason"] for p, r in rejects.items()}
@@ -70,7 +70,7 @@ def test_private_addresses_refused_by_default(tmp_path, server):
     port = server.server_address[1]
     shard = url_shard(tmp_path, [f"http://127.0.0.1:{port}/article/1.html", f"http://localhost.localdomain:{port}/article/2.html"])
     cfg = ScrapeConfig(timeout_s=5.0, extract_workers=0)
-    scrape_shards([shard], tmp_path / "sc", cfg)
+    scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     reasons = pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column("reason").to_pylist()
     assert reasons[0] == "blocked_address"
     assert reasons[1] in ("blocked_address", "connection_error")  # the name may not resolve at all here
@@ -81,7 +81,7 @@ def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
     base = synthweb.base_url(server)
     shard = url_shard(tmp_path, [base + "/article/3.html", base + "/missing.html"])
     cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, keep_html=True, extract_workers=1)
-    scrape_shards([shard], tmp_path / "sc", cfg)
+    scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     [html_row] = pq.read_table(tmp_path / "sc" / "urls.html.parquet").to_pylist()
     [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
     assert extract(html_row["final_url"], html_row["html"]) == (doc["title"], doc["text"])
@@ -107,7 +107,8 @@ def test_killed_scrape_resumes_without_refetching(tmp_path):
         assert 10 <= len(done_before) < 40
         hits_before = dict(srv.hits)
 
-        [m] = scrape_shards(list_shards([tmp_path / "bl"]), out, ScrapeConfig(allow_private_addresses=True, concurrency=2, extract_workers=0))
+        [m] = run_stage("scrape", [tmp_path / "bl"], out, {"scrape": ScrapeConfig(allow_private_addresses=True, concurrency=2,
+                                                                                  extract_workers=0)}).manifests
     assert m["counts"] == {"input": 40, "kept": 40, "rejected": 0, "output_rows": 40}
     assert m["resumed"] == len(done_before)
     for url in done_before:  # journaled pages were not fetched again
@@ -190,7 +191,7 @@ def hostile_server(host: str):
 def test_disguised_loopback_hosts_are_blocked_on_the_first_hop(tmp_path, server):
     port = server.server_address[1]
     shard = url_shard_of(tmp_path / "urls.parquet", [f"http://{h}:{port}/article/1.html" for h in LOOPBACK_DISGUISES])
-    [m] = scrape_shards([shard], tmp_path / "sc", ScrapeConfig(timeout_s=5.0, extract_workers=0))
+    m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", ScrapeConfig(timeout_s=5.0, extract_workers=0))
     assert m["reasons"] == {"blocked_address": len(LOOPBACK_DISGUISES)}
     assert server.hits == {}
 
@@ -203,7 +204,7 @@ def test_disguised_loopback_hosts_are_blocked_after_a_redirect(tmp_path, server)
         urls = [f"{mirror}/to?{quote(t, safe='')}" for t in targets] + [f"{mirror}/to?{quote(mirror + '/page', safe='')}"]
         shard = url_shard_of(tmp_path / "urls.parquet", urls)
         cfg = ScrapeConfig(timeout_s=5.0, allow_networks=("127.0.0.2/32",), extract_workers=0)
-        [m] = scrape_shards([shard], tmp_path / "sc", cfg)
+        m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     assert m["reasons"] == {"blocked_address": len(LOOPBACK_DISGUISES)}
     assert m["counts"]["kept"] == 1  # the allowed mirror's own page, reached through its redirect
     assert len(mirror_hits) == len(urls) + 1
@@ -226,7 +227,7 @@ def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_replaced(tmp_p
         base = synthweb.base_url(srv)
         shard = url_shard(tmp_path, [base + "/stall.html"] + [base + p for p in web.url_paths])
         cfg = ScrapeConfig(timeout_s=10.0, extract_timeout_s=1.5, allow_private_addresses=True, concurrency=1, extract_workers=1)
-        [m] = scrape_shards([shard], tmp_path / "sc", cfg)
+        m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     assert m["reasons"] == {"extraction_timeout": 1}
     assert m["counts"]["kept"] == len(web.url_paths) == 3  # extracted by the worker that replaced the stuck one
 
@@ -235,7 +236,7 @@ def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
     with hostile_server("127.0.0.1") as (base, hits):
         shard = url_shard_of(tmp_path / "urls.parquet", [f"{base}/bomb", f"{base}/chain/0"])
         cfg = ScrapeConfig(timeout_s=20.0, max_bytes=1_000_000, max_redirects=5, allow_private_addresses=True, extract_workers=0)
-        scrape_shards([shard], tmp_path / "sc", cfg)
+        scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column(c).to_pylist() for c in ("id", "reason")]))
     assert reasons == {"u0": "too_large", "u1": "too_many_redirects"}
     assert sum(p.startswith("/chain/") for p in hits) == cfg.max_redirects + 1

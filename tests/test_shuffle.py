@@ -5,9 +5,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from textmill.errors import TextmillError
-from textmill.pipeline.shuffle import gather_bucket, scatter_record, scatter_shard, shuffle_shards
+from textmill.pipeline.config import ShuffleConfig
+from textmill.pipeline.shards import list_shards
+from textmill.pipeline.shuffle import gather_bucket, scatter_record, scatter_shard
+from textmill.workflows.commands import run_stage
 
 from conftest import run_cli, write_jsonl
+
+
+def shuffle_shards(inputs, output, num_shards, seed):
+    """`textmill shuffle` as its tasks run it; the output shards' manifests."""
+    return run_stage("shuffle", inputs, output, {"shuffle": ShuffleConfig(num_shards=num_shards, seed=seed)}).manifests
 
 
 def make_inputs(tmp_path):
@@ -38,7 +46,7 @@ def test_shuffle_is_a_seeded_permutation(tmp_path):
     assert [ids(tmp_path / "c" / f"part-{b:05d}.parquet") for b in range(4)] != out
     assert sum(m["counts"]["input"] for m in manifests) == 601
     assert sum(m["counts"]["rejected"] for m in manifests) == 1  # the broken JSON line, with its reason
-    assert not (tmp_path / "a" / ".shuffle-scatter").exists()
+    assert list_shards([tmp_path / "a"]) == [tmp_path / "a" / f"part-{b:05d}.parquet" for b in range(4)]
 
 
 def test_the_order_is_the_one_textmill_0_1_gave(tmp_path):
@@ -91,3 +99,22 @@ def test_the_command_sizes_shards_by_target_and_says_when_shards_are_empty(tmp_p
     empty = [m for m in (tmp_path / "many").glob("*.manifest.json") if json.loads(m.read_text())["counts"]["input"] == 0]
     assert r.returncode == 0 and f"note: {len(empty)} of the 700 shuffled shards are empty (601 documents)" in r.stderr
     assert len(empty) > 100
+
+
+def test_a_rerun_with_fewer_shards_leaves_only_its_own_and_the_output_may_not_hold_an_input(tmp_path):
+    inputs = make_inputs(tmp_path)
+    shuffle_shards(inputs, tmp_path / "out", 4, seed=9)
+    r = run_cli("shuffle", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--num-shards", "2", "--seed", "9")
+    assert r.returncode == 0, r.stderr
+    assert "removed 6 file(s) an earlier run wrote that this one does not (part-00002.parquet" in r.stderr
+    assert list_shards([tmp_path / "out"]) == [tmp_path / "out" / f"part-{b:05d}.parquet" for b in range(2)]
+    assert sorted(p.name for p in (tmp_path / "out").glob("part-*")) == [
+        f"part-{b:05d}.{kind}" for b in range(2) for kind in ("manifest.json", "parquet", "rejects.parquet")]
+    shuffle_shards(inputs, tmp_path / "two", 2, seed=9)
+    for b in range(2):
+        name = f"part-{b:05d}.parquet"
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+    r = run_cli("shuffle", str(tmp_path / "in"), "-o", str(tmp_path / "in"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"textmill: error: input {inputs[0]} lies in the output folder {tmp_path / 'in'}; give another output folder"]

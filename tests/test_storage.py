@@ -1,10 +1,11 @@
 """Object storage: a run whose URL lists, evaluation set and WORK are s3:// URLs on a real S3-API server
 (moto's, started on 127.0.0.1 by the test) gives the local run's token files; a run killed mid-upload
-leaves nothing a rerun takes for finished."""
+leaves nothing a rerun takes for finished; a stage command reads and writes the store as a run does."""
 
 import json
 import logging
 import os
+import random
 import re
 import signal
 import subprocess
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from textmill.demo import synthweb
 from textmill.io import store
 from textmill.workflows.tasks import MergeDataset
 
+from conftest import write_jsonl
 from test_workflow import dataset_bytes, make_run
 
 pytestmark = pytest.mark.slow
@@ -194,3 +197,27 @@ def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):
     store.fetch(path)
     with store.readable(path) as source:
         assert source == path  # the local copy, now current
+
+
+def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_done(s3, tmp_path):
+    rng = random.Random(2)
+    write_jsonl(tmp_path / "docs" / "a.jsonl", [{"id": f"a{i}", "text": " ".join(synthweb.prose(rng, 3))} for i in range(60)])
+    write_jsonl(tmp_path / "docs" / "b.jsonl", [{"id": f"b{i}", "text": " ".join(synthweb.prose(rng, 3))} for i in range(60)])
+    s3.mkdir("command")
+    for name in ("a.jsonl", "b.jsonl"):
+        s3.put_file(str(tmp_path / "docs" / name), f"command/docs/{name}")
+    local = textmill("dedup", str(tmp_path / "docs"), "-o", str(tmp_path / "dedup"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    r = textmill("dedup", "s3://command/docs", "-o", "s3://command/dedup", "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "-> s3://command/dedup" in r.stdout
+    for name in ("a.parquet", "b.parquet", "a.rejects.parquet", "clusters.json"):
+        assert s3.cat(f"command/dedup/{name}") == (tmp_path / "dedup" / name).read_bytes(), name
+    written = {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")}
+    assert any("/.textmill/3-minhash/" in p for p in written) and any("/.textmill/keys/" in p for p in written)
+
+    again = subprocess.run([sys.executable, "-m", "textmill.cli", "dedup", "s3://command/docs", "-o", "s3://command/dedup"],
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "TEXTMILL_CACHE": str(tmp_path / "other-machine")})
+    assert again.returncode == 0 and "textmill dedup: " not in again.stderr  # no step ran again
+    assert {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")} == written

@@ -121,11 +121,54 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, site):
     assert report.count("data:image/png;base64,") == 5
     assert "<h2>Corpus funnel</h2>" in report and "<h2>Training</h2>" not in report
 
+    stage_commands_write_what_the_run_wrote(tmp_path, tmp_path / "work")
+
     bad = run_cli("run", str(tmp_path / "nope.toml"))
     assert bad.returncode == 2 and bad.stderr.startswith("textmill: error:") and len(bad.stderr.splitlines()) == 1
     (tmp_path / "typo.toml").write_text("[clean]\nmin_token = 3\n")
     bad = run_cli("run", str(tmp_path / "typo.toml"))
     assert bad.returncode == 2 and "[clean] has no field 'min_token'" in bad.stderr
+
+
+def stage_commands_write_what_the_run_wrote(root: Path, work: Path) -> None:
+    """Each `textmill STAGE` on the run's input to that stage, with the run's settings, writes the shards,
+    rejects and records the run's stage folder holds (scrape's fetch times aside): one driver, the tasks."""
+    import pyarrow.parquet as pq
+
+    def run_files(stage: str, pattern: str) -> list[Path]:
+        return sorted((work / stage).glob(f"*/{pattern}"), key=lambda p: p.name)
+
+    def command(stage: str, inputs: list[Path], *options: str) -> Path:
+        out = root / "commands" / stage
+        r = run_cli(stage, *map(str, inputs), "-o", str(out), *options)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"textmill {stage}: " in r.stderr  # a progress line per finished step
+        return out
+
+    def same(run: list[Path], out: Path, exclude: tuple = ()) -> None:
+        assert run and sorted(p.name for p in out.glob("*.parquet")) == sorted(p.name for p in run)
+        for path in run:
+            ours = out / path.name
+            if exclude:
+                assert pq.read_table(ours).drop_columns(list(exclude)) == pq.read_table(path).drop_columns(list(exclude))
+            else:
+                assert ours.read_bytes() == path.read_bytes(), path
+
+    out = command("blacklist", [root / "urls"])
+    same(run_files("1-blacklist", "RS_*.parquet"), out)
+    out = command("scrape", run_files("1-blacklist", "RS_?.parquet"), "--timeout-s", "1", "--allow-private-addresses",
+                  "--extract-workers", "0", "--workers", "2")
+    same(run_files("2-scrape", "RS_*.parquet"), out, exclude=("elapsed_s", "fetched_at"))
+    out = command("dedup", run_files("2-scrape", "RS_?.parquet"))
+    same(run_files("3-dedup", "RS_*.parquet"), out)
+    assert (out / "clusters.json").read_bytes() == run_files("3-dedup", "clusters.json")[0].read_bytes()
+    out = command("clean", run_files("3-dedup", "RS_?.parquet"), "--min-tokens", "32")
+    same(run_files("4-clean", "RS_*.parquet"), out)
+    out = command("shuffle", run_files("4-clean", "RS_?.parquet"), "--num-shards", "2", "--seed", "1234")
+    same(run_files("5-shuffle", "part-*.parquet"), out)
+    out = command("decontaminate", run_files("5-shuffle", "part-?????.parquet"), "--eval-files", str(root / "eval.jsonl"))
+    same(run_files("6-decontaminate", "part-*.parquet"), out)
+    assert (out / "selected.json").read_bytes() == run_files("6-decontaminate", "selected.json")[0].read_bytes()
 
 
 def test_with_num_shards_0_the_shuffle_sizes_its_shards_by_target_shard_mb(tmp_path, site):

@@ -9,6 +9,7 @@ of range are errors naming the field.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -128,24 +129,39 @@ class RunConfig:
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     export: ExportSection = field(default_factory=ExportSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    # A stage command (`textmill dedup IN... -o OUT`) runs one corpus stage's tasks alone: its input files
+    # are [run] urls, its output folder [run] work_dir. None for a run file's whole run.
+    command: str | None = None
+
+
+# The corpus stages a command can run alone, in graph order.
+CORPUS_STAGES = ("blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate")
 
 
 def load_config(path: str | Path) -> RunConfig:
+    """A run file (TOML), or the JSON file a stage command writes for its tasks: the same tables, and
+    `command`, the stage it runs alone."""
     path = Path(path).resolve()
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except OSError as exc:
         raise TextmillError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TextmillError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise TextmillError(f"{path}: not valid TOML ({exc})") from None
+    except ValueError as exc:
+        raise TextmillError(f"{path}: not valid JSON ({exc})") from None
+    command = raw.pop("command", None) if path.suffix == ".json" else None
+    if command is not None and command not in CORPUS_STAGES:
+        raise TextmillError(f"{path}: command {command!r} is not a corpus stage ({', '.join(CORPUS_STAGES)})")
     configure(storage_options(path, raw.pop("storage", {})))
     unknown = sorted(set(raw) - set(TABLES))
     if unknown:
         raise TextmillError(f"{path}: no section [{unknown[0]}] (sections: {', '.join(TABLES)})")
     try:
-        settings = checked(path, read_tables(path, raw))
+        settings = checked(path, {**read_tables(path, raw), "command": command})
         if settings.train.enabled:
             check_train({k: v for k, v in raw.get("train", {}).items() if k not in ("enabled", "resume")}, path,
                         settings.tokenize)

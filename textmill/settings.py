@@ -218,6 +218,18 @@ def from_table(cls, section: str, table: dict, base: Path, *, skip: dict[str, st
         raise TextmillError(f"[{section}] {exc}") from None
 
 
+def to_table(obj, *, skip: tuple[str, ...] = ()) -> dict:
+    """The table from_table reads back as the settings `obj` (paths as absolute text, tuples as lists, None
+    left out): how a command hands its settings to the tasks it runs."""
+    def plain(value):
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        return str(value.expanduser().absolute()) if isinstance(value, Path) else value
+
+    return {f.name: plain(getattr(obj, f.name)) for f in fields(obj)
+            if f.name not in skip and getattr(obj, f.name) is not None}
+
+
 def table_value(kind: Kind, value, where: str, base: Path):
     if kind.many:
         noun = "paths" if kind.base is Path else "strings"

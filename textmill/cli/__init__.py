@@ -1,9 +1,9 @@
-"""The `textmill` command. Each corpus stage runs on its own:
+"""The `textmill` command. Each corpus stage runs on its own (its tasks of the run's graph, `--workers N`):
 
     textmill blacklist URL_LISTS... --output DIR
     textmill scrape URL_SHARDS... --output DIR
     textmill dedup | clean | decontaminate DOC_SHARDS... --output DIR
-    textmill shuffle DOC_SHARDS... --output DIR --num-shards N
+    textmill shuffle DOC_SHARDS... --output DIR [--num-shards N]
     textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
     textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N
     textmill merge-datasets --input DIR --output-prefix PREFIX

@@ -1,13 +1,13 @@
 """`textmill blacklist | scrape | dedup | clean | shuffle | decontaminate`: each corpus stage on its own,
-over shards or loose JSON lines, ending with a one-line summary."""
+over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
+with a one-line summary."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files, gpt2_tokenizer
+from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
 from textmill.errors import TextmillError
 from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, ScrapeConfig,
                                       ShuffleConfig)
@@ -20,70 +20,54 @@ def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float
     return stage_line(stage_summary(stage, manifests, output, seconds))
 
 
-def cmd_blacklist(args) -> str:
-    from textmill.pipeline.blacklist import UrlRules, blacklist_files
+def run_command(args, stage: str, settings: dict) -> tuple:
+    """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its record."""
+    from textmill.settings import resolve
+    from textmill.workflows.commands import run_stage
 
+    if args.workers < 1:
+        raise TextmillError(f"--workers must be at least 1, not {args.workers}")
     timer = Timer()
-    config = from_namespace(BlacklistConfig, args)
-    manifests = blacklist_files(args.inputs, Path(args.output), UrlRules.with_extra(config), config.duplicate_partitions)
-    return summary_line("blacklist", manifests, Path(args.output), timer.seconds)
+    manifests, record = run_stage(stage, args.inputs, args.output, settings, args.workers)
+    return summary_line(stage, manifests, resolve(args.output, Path.cwd()), timer.seconds), record
+
+
+def cmd_blacklist(args) -> str:
+    return run_command(args, "blacklist", {"blacklist": from_namespace(BlacklistConfig, args)})[0]
 
 
 def cmd_scrape(args) -> str:
-    from textmill.pipeline.scrape import scrape_shards
-    from textmill.pipeline.shards import list_shards
-
-    timer = Timer()
-    manifests = scrape_shards(list_shards(args.inputs), Path(args.output), from_namespace(ScrapeConfig, args))
-    return summary_line("scrape", manifests, Path(args.output), timer.seconds)
+    return run_command(args, "scrape", {"scrape": from_namespace(ScrapeConfig, args)})[0]
 
 
 def cmd_dedup(args) -> str:
-    from textmill.pipeline.dedup import dedup_shards
-    from textmill.pipeline.shards import list_shards
     from textmill.report.lines import dedup_line
 
-    timer = Timer()
-    manifests, clusters = dedup_shards(list_shards(args.inputs), Path(args.output), from_namespace(DedupConfig, args))
-    return summary_line("dedup", manifests, Path(args.output), timer.seconds) + "\n" + dedup_line(clusters)
+    line, clusters = run_command(args, "dedup", {"dedup": from_namespace(DedupConfig, args)})
+    return line + "\n" + dedup_line(clusters)
 
 
 def cmd_clean(args) -> str:
-    from textmill.pipeline.clean import clean_shards
-    from textmill.pipeline.shards import list_shards
+    from textmill.tokenizers.config import TokenizeConfig
 
-    timer = Timer()
-    manifests = clean_shards(list_shards(args.inputs), Path(args.output), from_namespace(CleanConfig, args),
-                             gpt2_tokenizer(args))
-    return summary_line("clean", manifests, Path(args.output), timer.seconds)
+    if (args.vocab_file is None) != (args.merge_file is None):
+        raise TextmillError("--vocab-file and --merge-file go together")
+    tokenizer = TokenizeConfig(vocab_file=args.vocab_file, merge_file=args.merge_file)
+    return run_command(args, "clean", {"clean": from_namespace(CleanConfig, args), "tokenize": tokenizer})[0]
 
 
 def cmd_shuffle(args) -> str:
-    from textmill.pipeline.shards import list_shards
-    from textmill.pipeline.shuffle import empty_shards_note, shard_count, shuffle_shards
-
-    timer = Timer()
-    config = from_namespace(ShuffleConfig, args)
-    shards = list_shards(args.inputs)
-    count = config.num_shards or shard_count(sum(p.stat().st_size for p in shards), config.target_shard_mb)
-    manifests = shuffle_shards(shards, Path(args.output), count, config.seed)
-    if empty_shards_note(manifests):
-        print(f"textmill: {empty_shards_note(manifests)}", file=sys.stderr)
-    return summary_line("shuffle", manifests, Path(args.output), timer.seconds)
+    return run_command(args, "shuffle", {"shuffle": from_namespace(ShuffleConfig, args)})[0]
 
 
 def cmd_decontaminate(args) -> str:
-    from textmill.pipeline.decontaminate import decontaminate_shards
-    from textmill.pipeline.shards import list_shards
     from textmill.report.lines import decontaminate_line
 
-    timer = Timer()
     config = from_namespace(DecontaminateConfig, args)
     if not config.eval_files:
         raise TextmillError("give the evaluation sets to cut out: --eval-files FILE (repeatable)")
-    manifests, info = decontaminate_shards(list_shards(args.inputs), Path(args.output), config)
-    return (summary_line("decontaminate", manifests, Path(args.output), timer.seconds) + "\n"
-            + decontaminate_line(info, config.key_threshold))
+    line, info = run_command(args, "decontaminate", {"decontaminate": config})
+    return line + "\n" + decontaminate_line(info, config.key_threshold)
 
 
 def add_parsers(sub) -> None:
@@ -92,7 +76,9 @@ def add_parsers(sub) -> None:
     def stage(name: str, help: str, inputs_help: str, config: type, **options) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=ArgumentDefaults)
         p.add_argument("inputs", nargs="+", metavar="INPUT", help=inputs_help)
-        p.add_argument("--output", "-o", required=True, help="output directory: one shard per input shard, with rejects and a manifest")
+        p.add_argument("--output", "-o", required=True, help="output folder (or URL in a store): the stage's shards, "
+                       "rejects and manifests; its earlier steps in OUTPUT/.textmill. Run again, it skips finished steps")
+        p.add_argument("--workers", type=int, default=1, help="steps run at once (Luigi worker processes)")
         add_arguments(p, config, **options)
         return p
 

@@ -7,7 +7,6 @@ import argparse
 import time
 from pathlib import Path
 
-from textmill.errors import TextmillError
 
 ArgumentDefaults = argparse.ArgumentDefaultsHelpFormatter
 
@@ -31,12 +30,3 @@ def add_tokenizer_files(p: argparse.ArgumentParser, when: str) -> None:
     """--vocab-file and --merge-file, GPT-2's two tokenizer files; `when` says what they do for this command."""
     p.add_argument("--vocab-file", type=Path, help=f"GPT-2 vocab.json, with --merge-file: {when}")
     p.add_argument("--merge-file", type=Path, help=f"GPT-2 merges.txt, with --vocab-file: {when}")
-
-
-def gpt2_tokenizer(args):
-    """The tokenizer named by --vocab-file/--merge-file, or None when neither is given."""
-    from textmill.tokenizers.gpt2 import GPT2Tokenizer
-
-    if (args.vocab_file is None) != (args.merge_file is None):
-        raise TextmillError("--vocab-file and --merge-file go together")
-    return GPT2Tokenizer(args.vocab_file, args.merge_file) if args.vocab_file else None

@@ -22,7 +22,6 @@ import ipaddress
 import itertools
 import lzma
 import re
-import shutil
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -265,25 +264,6 @@ def blacklist_shard(path: Path, checked: Path, number: int, duplicate_files: lis
             else:
                 stage.keep(row)
         return stage.finish(table.num_rows, blank_lines=record["blank_lines"])
-
-
-def blacklist_files(inputs: Iterable[str | Path], output_dir: Path, rules: UrlRules, partitions: int) -> list[dict]:
-    """Blacklist every URL list of `inputs` (files or directories, taken in sorted order) into one shard
-    each in `output_dir`, by the three steps (scratch files in output_dir/.checked, removed after); a URL
-    kept from an earlier file is a duplicate in a later one."""
-    paths = url_list_files(inputs)
-    scratch = output_dir / ".checked"
-    shutil.rmtree(scratch, ignore_errors=True)
-    checked = [scratch / f"{k:05d}.parquet" for k in range(len(paths))]
-    for path, out in zip(paths, checked):
-        check_file(path, out, rules, partitions)
-    duplicates = [scratch / f"duplicates-{p:05d}.parquet" for p in range(partitions)]
-    for p, out in enumerate(duplicates):
-        find_duplicates(checked, p, out)
-    manifests = [blacklist_shard(path, checked[k], k, duplicates, output_dir / f"{url_list_shard_name(path)}.parquet", rules)
-                 for k, path in enumerate(paths)]
-    shutil.rmtree(scratch)
-    return manifests
 
 
 def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:

@@ -18,7 +18,6 @@ from typing import Callable
 import ftfy
 import regex
 from langdetect import DetectorFactory, LangDetectException, detect
-from tqdm import tqdm
 
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.config import CleanConfig
@@ -56,13 +55,6 @@ def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], in
     if len(fixed) < 8 * cfg.min_tokens and count_tokens(fixed) < cfg.min_tokens:
         return row, "too_short", fixed != text
     return row, None, fixed != text
-
-
-def clean_shards(shards: list[Path], output_dir: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None) -> list[dict]:
-    return [
-        clean_shard(s, output_dir / f"{s.stem}.parquet", cfg, tokenizer)
-        for s in tqdm(shards, desc="clean", unit="shard", disable=None)
-    ]
 
 
 def token_counter(tokenizer: GPT2Tokenizer | None) -> tuple[Callable[[str], int], object]:

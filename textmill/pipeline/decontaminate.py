@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_record, write_json
@@ -152,22 +151,6 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
     return filter_documents("decontaminate", shard, output, cfg.params(), decide, [shard, *cfg.eval_files], stats)
 
 
-def decontaminate_shards(shards: list[Path], output_dir: Path, cfg: DecontaminateConfig) -> tuple[list[dict], dict]:
-    """Both passes over all shards (the steps `textmill run` runs as tasks of their own: a count per shard,
-    their sum, a cut per shard); returns the shard manifests and a summary of the n-grams used."""
-    ngrams = eval_ngrams(cfg.eval_files, cfg)
-    counts: Counter = Counter()
-    for shard in tqdm(shards, desc="decontaminate count", unit="shard", disable=None):
-        counts.update(count_matches(shard, ngrams))
-    chosen = selected_ngrams(ngrams, counts, cfg)
-    manifests = [
-        decontaminate_shard(s, output_dir / f"{s.stem}.parquet", chosen, cfg)
-        for s in tqdm(shards, desc="decontaminate cut", unit="shard", disable=None)
-    ]
-    return manifests, summary({"eval_ngrams": len(ngrams.grams), "seen_in_training": len(counts),
-                               "used": len(chosen.grams)}, manifests)
-
-
 def summary(selected: dict, manifests: list[dict]) -> dict:
     """What the decontamination did: n-grams of the evaluation sets, seen in training, used; documents
     touched and characters removed by the cuts."""
@@ -176,17 +159,12 @@ def summary(selected: dict, manifests: list[dict]) -> dict:
             "characters_removed": sum(m["characters_removed"] for m in manifests)}
 
 
-def selected_ngrams(ngrams: EvalNgrams, counts: Counter, cfg: DecontaminateConfig) -> EvalNgrams:
-    """The n-grams pass 2 cuts: seen in training, fewer than `key_threshold` times."""
-    return EvalNgrams.build(g for g, c in counts.items() if c < cfg.key_threshold)
-
-
 def select_from_counts(count_files: list[Path], cfg: DecontaminateConfig, path: Path) -> dict:
     """Add up the shards' pass-1 counts and write the n-grams pass 2 cuts (with how many there were of
     each kind) to `path`; returns that record."""
     ngrams = eval_ngrams(cfg.eval_files, cfg)
     counts = add_counts(count_files)
-    chosen = selected_ngrams(ngrams, counts, cfg)
+    chosen = EvalNgrams.build(g for g, c in counts.items() if c < cfg.key_threshold)
     record = {"eval_ngrams": len(ngrams.grams), "seen_in_training": len(counts),
               "used": len(chosen.grams), "ngrams": sorted(" ".join(g) for g in chosen.grams)}
     write_json(record, path)

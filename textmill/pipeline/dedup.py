@@ -28,7 +28,6 @@ import heapq
 import itertools
 import json
 import re
-import shutil
 import zlib
 from pathlib import Path
 from typing import Iterator
@@ -265,29 +264,6 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], signature_f
 def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
     """clusters.json: the duplicates (id: keeper id), the counts and the parameters, whoever ran the steps."""
     write_json({**clusters, "params": cfg.params()}, path)
-
-
-def dedup_shards(shards: list[Path], output_dir: Path, cfg: DedupConfig) -> tuple[list[dict], dict]:
-    """Every step in turn: signatures (kept beside the output and reused when current), band keys and
-    pairs (in a scratch folder), clusters (clusters.json) and the filtered shards. Returns the shard
-    manifests and the cluster summary."""
-    sigs = [signature_shard(s, output_dir / f"{s.stem}.minhash.parquet", cfg) for s in shards]
-    scratch = output_dir / ".lsh"
-    shutil.rmtree(scratch, ignore_errors=True)
-    bands = [scratch / f"{i:05d}.bands.parquet" for i in range(len(shards))]
-    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in zip(sigs, bands)]
-    pairs = [scratch / f"band-{b:03d}.pairs.parquet" for b in range(cfg.bands + 1)]
-    for b, path in enumerate(tqdm(pairs, desc="dedup bands", unit="band", disable=None)):
-        write_pairs(band_pairs(bands, b), path)
-    clusters = cluster_pairs(pairs[:-1], pairs[-1:], sigs, counts, cfg)
-    shutil.rmtree(scratch)
-    write_clusters(clusters, cfg, output_dir / "clusters.json")
-    duplicates = clusters.pop("duplicates")
-    manifests = [
-        filter_shard(s, output_dir / f"{s.stem}.parquet", duplicates, cfg, [s])
-        for s in tqdm(shards, desc="dedup filter", unit="shard", disable=None)
-    ]
-    return manifests, clusters
 
 
 def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], cfg: DedupConfig, inputs: list[Path]) -> dict:

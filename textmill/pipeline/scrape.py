@@ -236,12 +236,12 @@ async def extract_page(extractor: ExtractorPool | None, url: str, html: bytes) -
     return title, text, None
 
 
-def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: ExtractorPool | None = None) -> dict:
+def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
     """Fetch and extract every URL of `url_shard` into the document shard `output`; returns its manifest.
 
-    `extractor` runs newspaper3k under `cfg.extract_timeout_s` per page (processes shared across shards);
-    None runs it in threads of this process, where nothing can stop a page that never finishes: for
-    trusted pages only (tests)."""
+    newspaper3k runs in `cfg.extract_workers` processes, each page under `cfg.extract_timeout_s`; with 0
+    workers, in threads of this process, where nothing can stop a page that never finishes: for trusted
+    pages only (tests)."""
     urls = list(read_rows(url_shard, columns=["id", "url"], kind="URL"))
     journal_path = _journal_path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,12 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
         total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url", disable=None
     ) as progress:
         if pending:
-            asyncio.run(_scrape_pending(pending, cfg, extractor, journal, progress))
+            extractor = ExtractorPool(cfg.extract_workers, cfg.extract_timeout_s) if cfg.extract_workers > 0 else None
+            try:
+                asyncio.run(_scrape_pending(pending, cfg, extractor, journal, progress))
+            finally:
+                if extractor:
+                    extractor.close()
     done = _read_journal(journal_path)
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
@@ -275,14 +280,3 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig, extractor: Ex
         raise
     journal_path.unlink()
     return manifest
-
-
-def scrape_shards(shards: list[Path], output_dir: Path, cfg: ScrapeConfig) -> list[dict]:
-    """Scrape every URL shard into `output_dir/NAME.parquet`, newspaper3k running in `cfg.extract_workers`
-    processes (0: threads of this process, with no deadline on extraction)."""
-    pool = ExtractorPool(cfg.extract_workers, cfg.extract_timeout_s) if cfg.extract_workers > 0 else None
-    try:
-        return [scrape_shard(s, output_dir / f"{s.stem}.parquet", cfg, pool) for s in shards]
-    finally:
-        if pool:
-            pool.close()

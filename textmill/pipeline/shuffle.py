@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
@@ -113,22 +111,3 @@ def empty_shards_note(manifests: list[dict]) -> str | None:
     documents = sum(m["counts"]["input"] for m in manifests)
     return (f"note: {empty} of the {len(manifests)} shuffled shards are empty ({documents} documents); ask for "
             "fewer shards, or none (num_shards 0) to size them by target_shard_mb")
-
-
-def shuffle_shards(inputs: list[Path], output_dir: Path, num_shards: int, seed: int) -> list[dict]:
-    """Shuffle all documents of `inputs` into `output_dir/part-NNNNN.parquet` (scatter each input into a
-    scratch folder, gather each output shard, drop the scratch); returns the manifests."""
-    if num_shards < 1:
-        raise TextmillError(f"num_shards must be at least 1, not {num_shards}")
-    scratch = output_dir / ".shuffle-scatter"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    scattered = [scratch / f"{i:05d}.parquet" for i in range(len(inputs))]
-    total = sum(scatter_shard(shard, out, num_shards, seed)["rows"]
-                for shard, out in zip(tqdm(inputs, desc="shuffle scatter", unit="shard", disable=None), scattered))
-    manifests = [gather_bucket(scattered, b, output_dir / f"part-{b:05d}.parquet", num_shards, seed)
-                 for b in tqdm(range(num_shards), desc="shuffle gather", unit="shard", disable=None)]
-    shutil.rmtree(scratch)
-    if sum(m["counts"]["input"] for m in manifests) != total:
-        raise AssertionError("shuffle lost or duplicated documents")
-    return manifests

@@ -33,8 +33,10 @@ def _read_config(path: str, stamp: int) -> RunConfig:
 
 
 @functools.lru_cache(maxsize=8)
-def listed_url_files(urls: tuple[Path, ...], stamps: tuple) -> tuple[Path, ...]:
-    """The URL list files of the [run] urls entries, listed again only when an entry's mtime changes."""
+def listed_inputs(urls: tuple[Path, ...], stamps: tuple, url_lists: bool) -> tuple[Path, ...]:
+    """The input files of the [run] urls entries (URL lists, or a stage command's shards), listed again only
+    when an entry's mtime changes."""
     from textmill.pipeline.blacklist import url_list_files
+    from textmill.pipeline.shards import list_shards
 
-    return tuple(url_list_files(urls))
+    return tuple(url_list_files(urls) if url_lists else list_shards(urls))

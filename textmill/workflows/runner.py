@@ -152,11 +152,15 @@ class RunResult(NamedTuple):
     folder: Path  # runs/<name>: run.json and report.html
 
 
+RUN_BUSY = ("another `textmill run` is working in {work} ({holder}); wait for it to finish, or run several workers "
+            "through a central scheduler (--scheduler-url)")
+
+
 @contextmanager
-def work_lock(work: Path) -> Iterator[None]:
-    """Hold WORK/.textmill/run.lock while a run without a central scheduler works in WORK: a second such
-    run refuses at once, in one line, rather than sharing scrape journals and temporary files. The kernel
-    drops the lock with the process, so a killed run leaves nothing to clean."""
+def work_lock(work: Path, busy: str = RUN_BUSY) -> Iterator[None]:
+    """Hold WORK/.textmill/run.lock while a run without a central scheduler (or a stage command) works in
+    WORK: a second one refuses at once, in one line (`busy`), rather than sharing scrape journals and
+    temporary files. The kernel drops the lock with the process, so a killed run leaves nothing to clean."""
     path = work / ".textmill" / "run.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,8 +174,7 @@ def work_lock(work: Path) -> Iterator[None]:
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "another process"
-            raise TextmillError(f"another `textmill run` is working in {work} ({holder}); wait for it to finish, or "
-                                "run several workers through a central scheduler (--scheduler-url)") from None
+            raise TextmillError(busy.format(work=work, holder=holder)) from None
         lock.seek(0)
         lock.truncate()
         lock.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
@@ -249,7 +252,7 @@ def corpus_record(config: str) -> dict:
     from textmill.workflows import tasks as t
 
     settings = run_config(config)
-    n = t.num_url_files(settings)
+    n = t.num_shards(settings)
     stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
               (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
     stages.append(("shuffle", [t.Shuffle(config)]))

@@ -16,7 +16,12 @@ check is map/reduce (BlacklistCheck per file, BlacklistDuplicates per partition 
 BlacklistShard(i)'s key covers the files up to i: a list file added at the end leaves every earlier shard,
 its scrape and its MinHash signatures as they are.
 
-One module on purpose, though it is about 750 lines since the stages became map/reduce steps: the tasks
+A stage command (`textmill dedup IN... -o OUT`) runs one stage's tasks of this same graph: its `config`
+is the JSON file the command writes (RunConfig.command names the stage), GivenShard stands in for the
+tasks before the stage, the stage's own folder is OUT (with a key record per task, since OUT is not
+keyed), and its steps' folders lie in OUT/.textmill.
+
+One module on purpose, though it is about 1,000 lines since the stages became map/reduce steps: the tasks
 are the graph above, read top to bottom in stage order, each a few lines of key/requires/run; split up,
 a reader would chase one chain across files.
 """
@@ -36,10 +41,10 @@ from textmill.config import RunConfig
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import file_fingerprint, local_fingerprint, read_json, read_json_record, write_json
 from textmill.io.store import exists as store_exists
-from textmill.io.store import fetch, fetch_tree, files_under, local_path, publish, publish_tree, shown
+from textmill.io.store import fetch, fetch_tree, files_under, local_path, publish, publish_tree, remove, shown
 from textmill.megatron.indexed import data_file_path, index_file_path
 from textmill.pipeline.shards import manifest_path
-from textmill.workflows.memos import BLACKLIST_KEYS, TASK_KEYS, listed_url_files, run_config
+from textmill.workflows.memos import BLACKLIST_KEYS, TASK_KEYS, listed_inputs, run_config
 
 TASK_FILE = "task.json"
 
@@ -55,10 +60,31 @@ def url_stamps(settings: RunConfig) -> tuple:
     return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in settings.run.urls)
 
 
-def url_files(settings: RunConfig) -> tuple[Path, ...]:
-    """The URL list files in shard order, listed again only when an entry of [run] urls changes (every
-    task asks, so listing each time made the graph quadratic in the number of files)."""
-    return listed_url_files(settings.run.urls, url_stamps(settings))
+def starts_with_url_lists(settings: RunConfig) -> bool:
+    """Whether the graph's input files are URL lists (a run, or `textmill blacklist`), not shards a stage
+    command was given."""
+    return settings.command in (None, "blacklist")
+
+
+def input_files(settings: RunConfig) -> tuple[Path, ...]:
+    """The files the graph starts from, one shard each, in shard order: the URL lists of [run] urls (or the
+    shards given to a stage command), listed again only when an entry changes (every task asks, so
+    listing each time made the graph quadratic in the number of files)."""
+    return listed_inputs(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings))
+
+
+def shard_name(settings: RunConfig, shard: int) -> str:
+    """The name of shard `shard` in every stage: its URL list's name, or its given shard's."""
+    from textmill.pipeline.blacklist import url_list_shard_name
+
+    path = input_files(settings)[shard]
+    return url_list_shard_name(path) if starts_with_url_lists(settings) else path.stem
+
+
+# The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
+# straight into OUT; the steps before it (signatures, band keys, ...) go to OUT/.textmill/STAGE/KEY.
+COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "dedup": "3-dedup", "clean": "4-clean",
+                         "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 
 class DoneFile(luigi.Target):
@@ -108,20 +134,55 @@ class RunTask(luigi.Task):
         raise NotImplementedError
 
     def folder(self) -> Path:
-        return self.work / self.stage / self.key()
+        if self.writes_command_output():
+            return self.work
+        steps = self.work / ".textmill" if self.settings.command else self.work
+        return steps / self.stage / self.key()
+
+    def writes_command_output(self) -> bool:
+        """Whether this task writes into a stage command's output folder, which is not keyed: a key record
+        says which inputs and settings the files there are from."""
+        command = self.settings.command
+        return command is not None and self.stage == COMMAND_OUTPUT_STAGES[command]
+
+    def key_record(self) -> Path:
+        return self.work / ".textmill" / "keys" / f"{self.command_task_id()}.json"
+
+    def command_task_id(self) -> str:
+        """The task's id but for its command file, whose path differs from machine to machine."""
+        return luigi.task.task_id_str(self.task_family, {k: v for k, v in self.to_str_params().items() if k != "config"})
 
     def output(self):
         return DoneFile(self.done_file())
 
     def complete(self) -> bool:
-        return self.output().exists()
+        if not self.output().exists():
+            return False
+        if not self.writes_command_output():
+            return True
+        record = read_json_record(self.key_record(), "its task will run again")
+        return record is not None and record.get("key") == self.key()
 
     def run(self):
         later = [t for t in self.requires_later() if not t.complete()]
         if later:
             yield later
+        started = time.perf_counter()
+        if self.writes_command_output():  # its files are rewritten: none counts as finished meanwhile
+            remove(self.key_record())
         self.make()
         publish(self.written())
+        if self.writes_command_output():
+            files = [str(p.relative_to(self.work)) for p in self.written()]
+            write_json({"task": self.command_task_id(), "key": self.key(), "files": files}, self.key_record())
+            publish([self.key_record()])
+        if self.settings.command:  # progress of a stage command, a line per finished step
+            print(f"textmill {self.settings.command}: {self.shown()} done in {time.perf_counter() - started:.1f}s",
+                  file=sys.stderr, flush=True)
+
+    def shown(self) -> str:
+        """The task as a person reads it: its class and parameters but the run file."""
+        return f"{self.task_family}({', '.join(f'{k}={v}' for k, v in self.param_kwargs.items() if k != 'config')})"
 
     def requires_later(self) -> list:
         """Requirements known only once an earlier task has finished (those that depend on the shuffle's
@@ -144,12 +205,13 @@ class RunTask(luigi.Task):
 
 
 class ShardTask(RunTask):
-    shard = luigi.IntParameter(description="shard number (position of the URL list file, in sorted order)")
+    shard = luigi.IntParameter(description="shard number (position of its input file, in sorted order)")
 
     def name(self) -> str:
-        from textmill.pipeline.blacklist import url_list_shard_name
+        return shard_name(self.settings, self.shard)
 
-        return url_list_shard_name(url_files(self.settings)[self.shard])
+    def shown(self) -> str:
+        return f"{self.task_family}({self.name()})"
 
     def shard_file(self) -> Path:
         return self.folder() / f"{self.name()}.parquet"
@@ -160,9 +222,37 @@ class ShardTask(RunTask):
     def written(self) -> list[Path]:
         return written_as(self.folder(), f"{self.name()}.*", self.done_file())
 
+    def shard_bytes(self) -> int:
+        return read_json(self.done_file()).get("bytes") or fetch(self.shard_file()).stat().st_size
 
-def num_url_files(settings: RunConfig) -> int:
-    return len(url_files(settings))
+
+class GivenShard(luigi.ExternalTask):
+    """A shard given to a stage command, in the place of the task that writes it in a run."""
+
+    config = luigi.Parameter(description="the stage command's file")
+    shard = luigi.IntParameter(description="position of the input file, in sorted order")
+
+    def shard_file(self) -> Path:
+        return input_files(run_config(self.config))[self.shard]
+
+    def key(self) -> str:
+        return file_fingerprint(self.shard_file())["sha256"]
+
+    def shard_bytes(self) -> int:
+        return self.shard_file().stat().st_size
+
+    def output(self):
+        return luigi.LocalTarget(str(self.shard_file()))
+
+
+def written_by(config: str, stage: str, task: ShardTask) -> ShardTask | GivenShard:
+    """What writes the shard `stage` reads: `task` (of the stage before), or, when a command runs `stage`
+    alone, the shard it was given."""
+    return GivenShard(config, task.shard) if run_config(config).command == stage else task
+
+
+def num_shards(settings: RunConfig) -> int:
+    return len(input_files(settings))
 
 
 # -- corpus stages ---------------------------------------------------------------------------------------
@@ -178,7 +268,7 @@ def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
     deep as there are files)."""
     if (settings, stamps) not in BLACKLIST_KEYS:
         keys, previous, params = [], None, url_rules(settings).params()
-        for path in url_files(settings):
+        for path in input_files(settings):
             previous = key_of("blacklist", previous, path.name, file_fingerprint(path)["sha256"], params)
             keys.append(previous)
         BLACKLIST_KEYS[settings, stamps] = tuple(keys)
@@ -191,7 +281,7 @@ class BlacklistCheck(ShardTask):
     stage = "1-blacklist-check"
 
     def own_key(self) -> str:
-        path = url_files(self.settings)[self.shard]
+        path = input_files(self.settings)[self.shard]
         return key_of(file_fingerprint(path)["sha256"], url_rules(self.settings).params(),
                       self.settings.blacklist.duplicate_partitions)
 
@@ -206,7 +296,7 @@ class BlacklistCheck(ShardTask):
     def make(self):
         from textmill.pipeline.blacklist import check_file
 
-        check_file(url_files(self.settings)[self.shard], self.shard_file(), url_rules(self.settings),
+        check_file(input_files(self.settings)[self.shard], self.shard_file(), url_rules(self.settings),
                    self.settings.blacklist.duplicate_partitions)
 
 
@@ -217,10 +307,10 @@ class BlacklistDuplicates(RunTask):
     partition = luigi.IntParameter(description="partition of the URL ids")
 
     def own_key(self) -> str:
-        return key_of([BlacklistCheck(self.config, i).key() for i in range(num_url_files(self.settings))])
+        return key_of([BlacklistCheck(self.config, i).key() for i in range(num_shards(self.settings))])
 
     def requires(self):
-        return [BlacklistCheck(self.config, i) for i in range(num_url_files(self.settings))]
+        return [BlacklistCheck(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
         return self.folder() / f"part-{self.partition:05d}.parquet"
@@ -251,7 +341,7 @@ class BlacklistShard(ShardTask):
         from textmill.pipeline.blacklist import blacklist_shard
 
         check, *duplicates = self.requires()
-        blacklist_shard(url_files(self.settings)[self.shard], fetch(check.shard_file()), self.shard,
+        blacklist_shard(input_files(self.settings)[self.shard], fetch(check.shard_file()), self.shard,
                         [fetch(t.done_file()) for t in duplicates], self.shard_file(), url_rules(self.settings))
 
 
@@ -259,15 +349,20 @@ class ScrapeShard(ShardTask):
     stage = "2-scrape"
 
     def own_key(self) -> str:
-        return key_of(BlacklistShard(self.config, self.shard).key(), self.settings.scrape.params())
+        return key_of(self.requires().key(), self.settings.scrape.params())
 
     def requires(self):
-        return BlacklistShard(self.config, self.shard)
+        return written_by(self.config, "scrape", BlacklistShard(self.config, self.shard))
 
     def make(self):
-        from textmill.pipeline.scrape import scrape_shards
+        from textmill.pipeline.scrape import scrape_shard
 
-        scrape_shards([fetch(BlacklistShard(self.config, self.shard).shard_file())], self.folder(), self.settings.scrape)
+        scrape_shard(fetch(self.requires().shard_file()), self.shard_file(), self.settings.scrape)
+
+
+def scraped(config: str, shard: int) -> ScrapeShard | GivenShard:
+    """The scraped shard dedup reads (given to `textmill dedup`)."""
+    return written_by(config, "dedup", ScrapeShard(config, shard))
 
 
 class SignatureShard(ShardTask):
@@ -276,10 +371,10 @@ class SignatureShard(ShardTask):
     stage = "3-minhash"
 
     def own_key(self) -> str:
-        return key_of(ScrapeShard(self.config, self.shard).key(), self.settings.dedup.signature_params())
+        return key_of(self.requires().key(), self.settings.dedup.signature_params())
 
     def requires(self):
-        return ScrapeShard(self.config, self.shard)
+        return scraped(self.config, self.shard)
 
     def done_file(self) -> Path:
         return self.folder() / f"{self.name()}.minhash.parquet"
@@ -287,7 +382,7 @@ class SignatureShard(ShardTask):
     def make(self):
         from textmill.pipeline.dedup import signature_shard
 
-        signature_shard(fetch(ScrapeShard(self.config, self.shard).shard_file()), self.done_file(), self.settings.dedup)
+        signature_shard(fetch(self.requires().shard_file()), self.done_file(), self.settings.dedup)
 
 
 class DedupBandKeys(ShardTask):
@@ -326,7 +421,7 @@ class DedupBand(RunTask):
         return DedupClusters(self.config).key()
 
     def requires(self):
-        return [DedupBandKeys(self.config, i) for i in range(num_url_files(self.settings))]
+        return [DedupBandKeys(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
         return self.folder() / "pairs" / f"band-{self.band:03d}.parquet"
@@ -346,7 +441,7 @@ class DedupClusters(RunTask):
     stage = "3-dedup"
 
     def own_key(self) -> str:
-        shards = [ScrapeShard(self.config, i).key() for i in range(num_url_files(self.settings))]
+        shards = [scraped(self.config, i).key() for i in range(num_shards(self.settings))]
         return key_of(shards, self.settings.dedup.params())
 
     def requires(self):
@@ -358,7 +453,7 @@ class DedupClusters(RunTask):
     def make(self):
         from textmill.pipeline.dedup import cluster_pairs, write_clusters
 
-        n = num_url_files(self.settings)
+        n = num_shards(self.settings)
         pairs = [fetch(t.done_file()) for t in self.requires()]
         counts = [read_json(DedupBandKeys(self.config, i).done_file())["rows"] for i in range(n)]
         signatures = [fetch(SignatureShard(self.config, i).done_file()) for i in range(n)]
@@ -377,14 +472,14 @@ class DedupShard(ShardTask):
         return DedupClusters(self.config).key()
 
     def requires(self):
-        return [DedupClusters(self.config), ScrapeShard(self.config, self.shard)]
+        return [DedupClusters(self.config), scraped(self.config, self.shard)]
 
     def make(self):
         from textmill.pipeline.dedup import filter_shard
 
         duplicates = read_json(DedupClusters(self.config).clusters_file())["duplicates"]
-        scraped = fetch(ScrapeShard(self.config, self.shard).shard_file())
-        filter_shard(scraped, self.shard_file(), duplicates, self.settings.dedup, [scraped])
+        shard = fetch(scraped(self.config, self.shard).shard_file())
+        filter_shard(shard, self.shard_file(), duplicates, self.settings.dedup, [shard])
 
 
 def given_tokenizer(settings: RunConfig):
@@ -400,22 +495,24 @@ class CleanShard(ShardTask):
     def own_key(self) -> str:
         t = given_tokenizer(self.settings)
         counted_by = [file_fingerprint(p)["sha256"] for p in t.files] if t else "approx"
-        return key_of(DedupShard(self.config, self.shard).key(), self.settings.clean.params(), counted_by)
+        return key_of(self.requires().key(), self.settings.clean.params(), counted_by)
 
     def requires(self):
-        return DedupShard(self.config, self.shard)
+        return written_by(self.config, "clean", DedupShard(self.config, self.shard))
 
     def make(self):
         from textmill.pipeline.clean import clean_shard
 
-        clean_shard(fetch(DedupShard(self.config, self.shard).shard_file()), self.shard_file(), self.settings.clean,
+        clean_shard(fetch(self.requires().shard_file()), self.shard_file(), self.settings.clean,
                     given_tokenizer(self.settings))
 
 
 def shuffle_shard_count(config: str) -> int | None:
     """How many shards the shuffle writes: [shuffle] num_shards, or when that is 0 what ShufflePlan chose
-    from the cleaned corpus's size (None until it has)."""
+    from the cleaned corpus's size (None until it has); for `textmill decontaminate`, how many it was given."""
     settings = run_config(config)
+    if settings.command == "decontaminate":
+        return num_shards(settings)
     if settings.shuffle.num_shards:
         return settings.shuffle.num_shards
     plan = read_json_record(ShufflePlan(config).done_file(), "the shuffle is planned again")
@@ -428,6 +525,11 @@ def shuffle_key_params(settings: RunConfig) -> tuple:
     return count, settings.run.seed
 
 
+def cleaned(config: str, shard: int) -> CleanShard | GivenShard:
+    """The cleaned shard the shuffle reads (given to `textmill shuffle`)."""
+    return written_by(config, "shuffle", CleanShard(config, shard))
+
+
 class ShufflePlan(RunTask):
     """With [shuffle] num_shards = 0: the shard count, from the cleaned shards' sizes and target_shard_mb.
     The tasks after it that need the count find it here (and, asked before it is known, wait for it)."""
@@ -438,7 +540,7 @@ class ShufflePlan(RunTask):
         return Shuffle(self.config).key()
 
     def requires(self):
-        return [CleanShard(self.config, i) for i in range(num_url_files(self.settings))]
+        return [cleaned(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
         return self.folder() / "plan.json"
@@ -446,7 +548,7 @@ class ShufflePlan(RunTask):
     def make(self):
         from textmill.pipeline.shuffle import shard_count
 
-        size = sum(read_json(t.done_file()).get("bytes") or fetch(t.shard_file()).stat().st_size for t in self.requires())
+        size = sum(t.shard_bytes() for t in self.requires())
         write_json({"input_bytes": size, "target_shard_mb": self.settings.shuffle.target_shard_mb,
                     "num_shards": shard_count(size, self.settings.shuffle.target_shard_mb)}, self.done_file())
 
@@ -476,12 +578,12 @@ class ShuffleScatter(ShardTask):
     stage = "5-shuffle-scatter"
 
     def own_key(self) -> str:
-        return key_of(CleanShard(self.config, self.shard).key(), *shuffle_key_params(self.settings))
+        return key_of(cleaned(self.config, self.shard).key(), *shuffle_key_params(self.settings))
 
     def requires(self):
         if self.settings.shuffle.num_shards:
-            return CleanShard(self.config, self.shard)
-        return [CleanShard(self.config, self.shard), ShufflePlan(self.config)]
+            return cleaned(self.config, self.shard)
+        return [cleaned(self.config, self.shard), ShufflePlan(self.config)]
 
     def done_file(self) -> Path:
         from textmill.pipeline.shuffle import scatter_record
@@ -491,7 +593,7 @@ class ShuffleScatter(ShardTask):
     def make(self):
         from textmill.pipeline.shuffle import scatter_shard
 
-        scatter_shard(fetch(CleanShard(self.config, self.shard).shard_file()), self.shard_file(),
+        scatter_shard(fetch(cleaned(self.config, self.shard).shard_file()), self.shard_file(),
                       shuffle_shard_count(self.config), self.settings.run.seed)
 
 
@@ -505,7 +607,7 @@ class ShuffleGather(RunTask):
         return Shuffle(self.config).key()  # its shard lies in the shuffle's folder
 
     def requires(self):
-        return [ShuffleScatter(self.config, i) for i in range(num_url_files(self.settings))]
+        return [ShuffleScatter(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
         return manifest_path(self.shard())
@@ -513,7 +615,7 @@ class ShuffleGather(RunTask):
     def make(self):
         from textmill.pipeline.shuffle import gather_bucket, scatter_record
 
-        scattered = [ShuffleScatter(self.config, i).shard_file() for i in range(num_url_files(self.settings))]
+        scattered = [ShuffleScatter(self.config, i).shard_file() for i in range(num_shards(self.settings))]
         for path in scattered:  # the records; gather_bucket reads only this bucket's row group of each shard
             fetch(scatter_record(path))
         gather_bucket(scattered, self.bucket, self.shard(), shuffle_shard_count(self.config), self.settings.run.seed)
@@ -532,7 +634,7 @@ class Shuffle(PerShuffledShard, RunTask):
     stage = "5-shuffle"
 
     def own_key(self) -> str:
-        shards = [CleanShard(self.config, i).key() for i in range(num_url_files(self.settings))]
+        shards = [cleaned(self.config, i).key() for i in range(num_shards(self.settings))]
         return key_of(shards, *shuffle_key_params(self.settings))
 
     def fan_out(self, count: int) -> list:
@@ -557,6 +659,26 @@ class Shuffle(PerShuffledShard, RunTask):
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests), shards=len(manifests), note=note)
 
 
+class GivenShards(luigi.WrapperTask):
+    """The shards given to `textmill decontaminate`, in the place of the shuffled corpus."""
+
+    config = luigi.Parameter(description="the stage command's file")
+
+    def requires(self):
+        return [GivenShard(self.config, i) for i in range(num_shards(run_config(self.config)))]
+
+    def key(self) -> str:
+        return key_of([t.key() for t in self.requires()])
+
+    def shard(self, part: int) -> Path:
+        return GivenShard(self.config, part).shard_file()
+
+
+def shuffled(config: str) -> Shuffle | GivenShards:
+    """The shuffled corpus decontamination reads (given to `textmill decontaminate`)."""
+    return GivenShards(config) if run_config(config).command == "decontaminate" else Shuffle(config)
+
+
 class DecontaminateStep(RunTask):
     """A step of the decontamination; its files lie in the Decontaminate task's folder."""
 
@@ -565,8 +687,8 @@ class DecontaminateStep(RunTask):
     def own_key(self) -> str:
         return Decontaminate(self.config).key()
 
-    def shuffled(self, part: int) -> Path:
-        return Shuffle(self.config).shard(part)
+    def input_shard(self, part: int) -> Path:
+        return shuffled(self.config).shard(part)
 
 
 class DecontaminateCount(DecontaminateStep):
@@ -575,16 +697,16 @@ class DecontaminateCount(DecontaminateStep):
     part = luigi.IntParameter(description="shuffled shard number")
 
     def requires(self):
-        return Shuffle(self.config)
+        return shuffled(self.config)
 
     def done_file(self) -> Path:
-        return self.folder() / "counts" / f"{self.shuffled(self.part).stem}.counts.json"
+        return self.folder() / "counts" / f"{self.input_shard(self.part).stem}.counts.json"
 
     def make(self):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
 
         cfg = self.settings.decontaminate
-        write_counts(count_matches(fetch(self.shuffled(self.part)), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
+        write_counts(count_matches(fetch(self.input_shard(self.part)), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
 
 
 class DecontaminateSelect(PerShuffledShard, DecontaminateStep):
@@ -594,7 +716,7 @@ class DecontaminateSelect(PerShuffledShard, DecontaminateStep):
         return [DecontaminateCount(self.config, j) for j in range(count)]
 
     def until_planned(self) -> list:
-        return [Shuffle(self.config)]
+        return [shuffled(self.config)]
 
     def done_file(self) -> Path:
         return self.folder() / "selected.json"
@@ -621,7 +743,7 @@ class DecontaminateShard(DecontaminateStep):
         from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
 
         chosen = read_selected(fetch(DecontaminateSelect(self.config).done_file()))
-        decontaminate_shard(fetch(self.shuffled(self.part)), self.shard(), chosen, self.settings.decontaminate)
+        decontaminate_shard(fetch(self.input_shard(self.part)), self.shard(), chosen, self.settings.decontaminate)
 
     def shard(self) -> Path:
         return Decontaminate(self.config).shard(self.part)
@@ -638,7 +760,7 @@ class Decontaminate(PerShuffledShard, RunTask):
 
     def own_key(self) -> str:
         evals = [file_fingerprint(p)["sha256"] for p in self.settings.decontaminate.eval_files]
-        return key_of(Shuffle(self.config).key(), evals, self.settings.decontaminate.params())
+        return key_of(shuffled(self.config).key(), evals, self.settings.decontaminate.params())
 
     def fan_out(self, count: int) -> list:
         return [DecontaminateShard(self.config, j) for j in range(count)]
@@ -647,7 +769,7 @@ class Decontaminate(PerShuffledShard, RunTask):
         return [DecontaminateSelect(self.config)]
 
     def shard(self, part: int) -> Path:
-        return self.folder() / Shuffle(self.config).shard(part).name
+        return self.folder() / f"{shuffled(self.config).shard(part).stem}.parquet"
 
     def shards(self) -> list[Path]:
         return [self.shard(j) for j in range(shuffle_shard_count(self.config))]

@@ -1,0 +1,148 @@
+"""A corpus stage on its own: `textmill blacklist | scrape | dedup | clean | shuffle | decontaminate IN... -o
+OUT` runs that stage's tasks of the run's graph (textmill.workflows.tasks) on a local Luigi scheduler, so
+the command and `textmill run` share one driver and write the same files. The stage's shards, rejects,
+manifests and records go straight into OUT; the steps before them (MinHash signatures, band keys,
+scattered shards, URL checks) into OUT/.textmill. Run again with the same inputs and settings, it skips
+every finished step; with other settings, it rewrites what they change."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import luigi
+
+from textmill.config import TABLES
+from textmill.errors import RunFailed, TextmillError
+from textmill.io.files import read_json, read_json_record, write_json
+from textmill.io.store import files_under, remove, shown
+from textmill.pipeline.shards import manifest_path
+from textmill.settings import Settings, resolve, to_table
+from textmill.workflows.memos import run_config
+from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, work_lock
+from textmill.workflows.tasks import (BlacklistShard, CleanShard, Decontaminate, DedupClusters, DedupShard, RunTask,
+                                      ScrapeShard, Shuffle, input_files, num_shards)
+
+COMMAND_BUSY = "another textmill command is working in {work} ({holder}); wait for it to finish"
+
+
+class StageResult(NamedTuple):
+    manifests: list[dict]  # the output shards' manifests, in shard order
+    record: dict | None  # the stage's own record, where it has one: dedup's clusters, the shuffle's, decontamination's
+
+
+def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[str, Settings],
+              workers: int = 1) -> StageResult:
+    """Run the corpus stage `stage` alone on `inputs` (files or folders; local or URLs) into `output` with
+    `settings` (its table's settings, and the tables it also reads: "tokenize" for clean's exact token
+    counts; the shuffle's seed is the run's seed) by `workers` Luigi workers."""
+    folder = resolve(str(output), Path.cwd())
+    folder.mkdir(parents=True, exist_ok=True)  # a folder it cannot write is the disk error it is
+    with work_lock(folder, COMMAND_BUSY):
+        config = str(command_file(stage, inputs, output, settings, folder))
+        given = input_files(run_config(config))  # a missing or unreadable input: one error line before anything runs
+        inside = [p for p in given if p.resolve().parent == folder.resolve()]
+        if inside:
+            raise TextmillError(f"input {inside[0]} lies in the output folder {shown(folder)}; give another output folder")
+        targets = stage_targets(config)
+        configure_luigi()
+        started = time.time()
+        luigi.build(targets, workers=workers, local_scheduler=True, log_level="CRITICAL",
+                    worker_scheduler_factory=Schedulers())
+        if not all(t.complete() for t in targets):
+            raise why_unfinished(stage, folder, started)
+        remove_stale(stage, folder, targets)
+        return stage_result(config)
+
+
+def graph(targets: list[luigi.Task]) -> list[RunTask]:
+    """Every task the targets need, those known only once others finished included."""
+    seen: dict[str, luigi.Task] = {}
+    stack = list(targets)
+    while stack:
+        task = stack.pop()
+        if task.task_id not in seen:
+            seen[task.task_id] = task
+            stack += luigi.task.flatten(task.requires())
+            stack += task.requires_later() if isinstance(task, RunTask) else []
+    return [t for t in seen.values() if isinstance(t, RunTask)]
+
+
+def remove_stale(stage: str, folder: Path, targets: list[luigi.Task]) -> None:
+    """Remove from the output folder what an earlier command wrote there that this one does not (shards
+    beyond a smaller shard count, those of inputs no longer given), by the key records that list them,
+    so the folder holds this command's output and nothing else."""
+    ours = [t for t in graph(targets) if t.writes_command_output()]
+    current = {t.key_record() for t in ours}
+    kept = {name for t in ours for name in (read_json_record(t.key_record(), "rewritten") or {}).get("files", [])}
+    stale = []
+    for path in files_under(folder / ".textmill" / "keys"):
+        if path not in current:
+            record = read_json_record(path, "removed") or {}
+            for name in record.get("files", []):
+                if name not in kept:
+                    remove(folder / name)
+                    stale.append(name)
+            remove(path)
+    if stale:
+        print(f"textmill {stage}: removed {len(stale)} file(s) an earlier run wrote that this one does not "
+              f"({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
+
+
+def absolute(item: str | Path) -> str:
+    """An input or output as the command file holds it: a URL as given, a path made absolute."""
+    return str(item) if "://" in str(item) else str(Path(item).expanduser().absolute())
+
+
+def command_file(stage: str, inputs: list[str], output: str | Path, settings: dict[str, Settings],
+                 folder: Path) -> Path:
+    """OUT/.textmill/command.json: the tables of a run file for this stage alone (config.load_config)."""
+    tables: dict = {"command": stage, "train": {"enabled": False},
+                    "run": {"work_dir": absolute(output), "urls": [absolute(i) for i in inputs]}}
+    for name, values in settings.items():
+        if name == "shuffle":  # the workflow's shuffle seed is [run] seed
+            tables["run"]["seed"] = values.seed
+        tables[name] = to_table(values, skip=tuple(TABLES[name].workflow_sets))
+    path = folder / ".textmill" / "command.json"
+    if read_json_record(path, "it is written again") != tables:  # rewritten only when it changes, as a run file
+        write_json(tables, path)
+    return path
+
+
+def stage_targets(config: str) -> list[luigi.Task]:
+    """The tasks whose completion is the stage's: each output shard's, and the stage's own record."""
+    stage, shards = run_config(config).command, range(num_shards(run_config(config)))
+    if stage == "shuffle":
+        return [Shuffle(config)]
+    if stage == "decontaminate":
+        return [Decontaminate(config)]
+    if stage == "dedup":
+        return [*(DedupShard(config, i) for i in shards), DedupClusters(config)]
+    kind = {"blacklist": BlacklistShard, "scrape": ScrapeShard, "clean": CleanShard}[stage]
+    return [kind(config, i) for i in shards]
+
+
+def stage_result(config: str) -> StageResult:
+    targets = stage_targets(config)
+    if isinstance(targets[0], (Shuffle, Decontaminate)):
+        shards, record = targets[0].shards(), read_json(targets[0].done_file())
+    else:
+        shards = [t.shard_file() for t in targets if not isinstance(t, DedupClusters)]
+        record = read_json(targets[-1].done_file()) if isinstance(targets[-1], DedupClusters) else None
+    return StageResult([read_json(manifest_path(p)) for p in shards], record)
+
+
+def why_unfinished(stage: str, folder: Path, since: float) -> TextmillError:
+    """The error a stage command ends with when a task failed: the first failure this command recorded
+    (deterministic ones, bad input or settings, as they are; others with where their traceback is)."""
+    records = sorted((p for p in (folder / FAILURES).glob("*.json") if p.stat().st_mtime >= since - 1),
+                     key=lambda p: p.stat().st_mtime)
+    for path in records:
+        record = read_json_record(path, "ignored")
+        if record:
+            if record.get("deterministic"):
+                return TextmillError(record["error"])
+            return RunFailed(f"{record['error']} (traceback: {path})")
+    return RunFailed(f"textmill {stage} did not finish, and no task recorded why; run it again")
