@@ -10,6 +10,7 @@ fork of the scheduling process, so it includes the imports that process holds: r
 sizes).
 
     python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 5000] [--bpe]
+        [--start-at shuffle] [--stop-after STAGE]
 
 Prints, per corpus size and stage: wall time with 1 and 2 workers and their ratio, the largest peak RSS
 of any of the stage's tasks, documents/s; then each stage's time extrapolated to 8M and 100M documents
@@ -53,10 +54,13 @@ enabled = false
 """
 
 
-def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool) -> Path:
-    """URL list files, the run file, and the scrape stage's output shards holding the synthetic documents."""
+def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool, start_at: str = "dedup") -> Path:
+    """URL list files, the run file, and the output shards of the stage before `start_at` (scrape's, or
+    clean's to start at the shuffle) holding the synthetic documents."""
     from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
-    from textmill.workflows.tasks import ScrapeShard
+    from textmill.workflows.tasks import CleanShard, ScrapeShard
+
+    written_by = {"dedup": ScrapeShard, "shuffle": CleanShard}[start_at]
 
     shards = -(-documents // per_shard)
     (root / "urls").mkdir(parents=True)
@@ -88,8 +92,8 @@ def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool) -> Path:
             if len(made) < 20000:
                 made.append(text)
             rows.append({"id": f"{s}-{i}", "url": f"https://example.org/{s}/{i}", "text": text})
-        output = ScrapeShard(str(config), s).shard_file()
-        with ShardOutput("scrape", output, DOC_SCHEMA, [], {}) as stage:
+        output = written_by(str(config), s).shard_file()
+        with ShardOutput(written_by.stage, output, DOC_SCHEMA, [], {}) as stage:
             for row in rows:
                 stage.keep(row)
             stage.finish(len(rows))
@@ -122,7 +126,8 @@ def stage_targets(config: Path, bpe: bool) -> list[tuple[str, list]]:
     return stages + ([("bpe", [t.TrainTokenizer(str(config))])] if bpe else []) + [("tokenize", [t.MergeDataset(str(config))])]
 
 
-def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | None = None) -> dict[str, dict]:
+def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | None = None,
+          start_at: str = "dedup") -> dict[str, dict]:
     """Each stage built in turn (so no stage's time holds another's): its wall time, its tasks' largest
     peak RSS and how many tasks it ran."""
     import luigi
@@ -137,6 +142,7 @@ def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | No
     os.environ["BENCH_TASK_LOG"] = str(log)
     result = {}
     stages = stage_targets(config, bpe)
+    stages = stages[[name for name, _ in stages].index(start_at):]
     if stop_after:
         stages = stages[:[name for name, _ in stages].index(stop_after) + 1]
     for stage, targets in stages:
@@ -149,7 +155,8 @@ def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | No
         families: dict[str, list[float]] = {}
         for r in records:
             families.setdefault(r["family"], []).append(r["end"] - r["start"])
-        result[stage] = {"wall": time.perf_counter() - started, "rss": max(r["rss"] for r in records),
+        peak = max(records, key=lambda r: r["rss"])
+        result[stage] = {"wall": time.perf_counter() - started, "rss": peak["rss"], "peak_task": peak["family"],
                          "tasks": len(records),
                          # task-seconds of the task kinds that run once per shard (or band, partition), and of
                          # those that run once per stage (a clustering, a selection, the BPE, the merge)
@@ -185,27 +192,31 @@ def main() -> None:
     ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
     ap.add_argument("--stop-after", choices=["dedup", "clean", "shuffle", "decontaminate", "bpe", "tokenize"],
                     help="build the stages up to this one only")
+    ap.add_argument("--start-at", choices=["dedup", "shuffle"], default="dedup",
+                    help="the first stage built: shuffle writes the corpus as the clean stage's output, to measure "
+                    "the stages after it without dedup's and cleanup's time")
     args = ap.parse_args()
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {args.shard_documents} documents a shard\n")
     print("| documents | stage | tasks | " + " | ".join(f"{w} worker{'s' * (w > 1)} (s)" for w in args.workers)
-          + f" | ratio {args.workers[-1]}:{args.workers[0]} | largest task RSS (MiB) | documents/s ({args.workers[-1]} workers) |")
+          + f" | ratio {args.workers[-1]}:{args.workers[0]} | largest task RSS (MiB), its task | documents/s ({args.workers[-1]} workers) |")
     print("|---:|---|---:|" + "---:|" * len(args.workers) + "---:|---:|---:|")
     largest: dict[int, dict[str, int]] = {}
     for documents in args.documents:
         results = {}
         for workers in args.workers:
             with tempfile.TemporaryDirectory() as tmp:
-                config = write_corpus(Path(tmp), documents, args.shard_documents, args.bpe)
+                config = write_corpus(Path(tmp), documents, args.shard_documents, args.bpe, args.start_at)
                 log = Path(tmp) / "tasks.jsonl"
-                results[workers] = build(config, workers, log, args.bpe, args.stop_after)
+                results[workers] = build(config, workers, log, args.bpe, args.stop_after, args.start_at)
                 shutil.rmtree(Path(tmp) / "work")
         first = results[args.workers[0]]
         largest[documents] = {stage: max(r[stage]["rss"] for r in results.values()) for stage in first}
+        peaks = {stage: max((r[stage] for r in results.values()), key=lambda x: x["rss"])["peak_task"] for stage in first}
         for stage in first:
             walls = [results[w][stage]["wall"] for w in args.workers]
             print(f"| {documents:,} | {stage} | {first[stage]['tasks']} | " + " | ".join(f"{w:.1f}" for w in walls)
-                  + f" | {walls[-1] / walls[0]:.2f} | {largest[documents][stage] / 2**20:,.0f} | "
+                  + f" | {walls[-1] / walls[0]:.2f} | {largest[documents][stage] / 2**20:,.0f}, {peaks[stage]} | "
                   f"{documents / walls[-1]:,.0f} |", flush=True)
     extrapolate(args.documents[-1], results[args.workers[0]], [8_000_000, 100_000_000], 64)
     if len(args.documents) > 1:

@@ -240,3 +240,11 @@ def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
     reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column(c).to_pylist() for c in ("id", "reason")]))
     assert reasons == {"u0": "too_large", "u1": "too_many_redirects"}
     assert sum(p.startswith("/chain/") for p in hits) == cfg.max_redirects + 1
+
+
+def test_an_extraction_failure_keeps_what_failed():
+    from textmill.pipeline.extract import failure_text
+
+    assert failure_text(ValueError("no body\n  in this   page")) == "ValueError: no body in this page"
+    assert failure_text(KeyError()) == "KeyError"
+    assert len(failure_text(RuntimeError("x" * 1000))) == len("RuntimeError: ") + 120

@@ -60,10 +60,13 @@ class UrlRules:
 
     @classmethod
     def with_extra(cls, config: BlacklistConfig) -> "UrlRules":
-        """The bundled lists extended by the user's files."""
+        """Megatron-LM's lists (bundled), extended by textmill's broader ones when asked and by the user's files."""
         base = cls()
         domains = set(base.domains)
         extensions = list(base.extensions)
+        if config.broader_lists:
+            domains.update(_bundled("broader_domain_blacklist.txt"))
+            extensions.extend(_bundled("broader_extension_blacklist.txt"))
         for path in config.domain_blacklist:
             domains.update(_read_list(_read_text(path).splitlines()))
         for path in config.extension_blacklist:

@@ -26,6 +26,8 @@ class StageConfig(Settings):
 class BlacklistConfig(StageConfig):
     domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")
+    broader_lists: bool = setting(False, "also block textmill's broader lists (35 more media, shop and social sites; "
+                                  "23 more file types) beside Megatron-LM's, which are the default")
     duplicate_partitions: int = setting(16, "partitions of the URL ids for the duplicate check, each a task of its own "
                                         "(does not change the output)", least=1, keyed=False)
 
@@ -118,7 +120,8 @@ class DecontaminateConfig(StageConfig):
     cut_chars: int = setting(200, "characters removed on each side of a match", least=0)
     min_fragment_chars: int = setting(200, "fragments this short or shorter are dropped", least=0)
     max_pieces: int = setting(10, "documents cut into more fragments are dropped whole", least=1)
-    key_threshold: int = setting(10, "n-grams seen this often or more in the training documents are not used", least=1)
+    key_threshold: int = setting(10, "n-grams found in this many training documents or more are not used (found as "
+                                 "Megatron's filter_ngrams.py finds them: scanning on past each match)", least=1)
 
     def __post_init__(self) -> None:
         super().__post_init__()

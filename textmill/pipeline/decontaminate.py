@@ -1,13 +1,20 @@
-"""Evaluation-set decontamination, after Megatron-LM's tools/openwebtext/filter_ngrams.py.
+"""Evaluation-set decontamination: Megatron-LM's tools/openwebtext/filter_ngrams.py, step for step.
 
-Words are `\\w+` runs, lower-cased. The evaluation n-grams are every 13-gram of each evaluation text; a
-text of 8 to 12 words is one n-gram as a whole; shorter texts are ignored. Pass 1 (`count_matches`)
-counts how often each evaluation n-gram occurs in the training corpus; only those seen fewer than
-`key_threshold` times are used, so phrases common everywhere do not shred ordinary documents. Pass 2
-(`decontaminate_shard`) cuts each match out of a document together with `cut_chars` characters either
-side, widened to the sentence end on the left and the next sentence end on the right; fragments of
-`min_fragment_chars` or fewer are dropped, and a document cut into more than `max_pieces` fragments is
-dropped whole. Fragments become their own records, with ids `<id>-<k>`.
+Words are `\\w+` runs of the lower-cased text. The evaluation n-grams are every 13-gram of each evaluation
+text; a text of 8 to 12 words is one n-gram as a whole; shorter texts are ignored.
+
+Pass 1 (`count_matches`) scans each training document from the left for the first evaluation n-gram,
+notes it and scans on just past it, and counts in how many documents each n-gram was noted. Every
+evaluation n-gram noted in fewer than `key_threshold` documents is used in pass 2, so phrases common
+everywhere do not shred ordinary documents. Because each scan goes on past its match, the overlapping
+n-grams of a passage copied into many documents are mostly never noted: such a passage is still cut out.
+
+Pass 2 (`decontaminate_shard`) cuts the first match out of a document with `cut_chars` characters either
+side, widened to the sentence end on the left and the next sentence end on the right; the part before
+is a piece, the part after is scanned again. Pieces of `min_fragment_chars` or fewer are dropped, and a
+document cut into more than `max_pieces` pieces is dropped whole. Pieces become their own records, with
+ids `<id>-<k>`. One difference from the reference, on purpose: each piece is stripped of the whitespace
+at its cuts (the reference's pieces after the first begin with the space after a sentence end).
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.stage import Verdict, filter_documents
 
 _WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"[.!?]")
 
 
 @dataclass
@@ -45,8 +51,8 @@ class EvalNgrams:
         return cls(grams, sorted({len(g) for g in grams}), {g[:2] for g in grams})
 
 
-def words_with_spans(text: str) -> list[tuple[str, int, int]]:
-    return [(m.group().lower(), m.start(), m.end()) for m in _WORD.finditer(text)]
+def words_of(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
 
 
 def read_eval_texts(path: Path, key: str = "text") -> Iterator[str]:
@@ -66,7 +72,7 @@ def eval_ngrams(paths: Iterable[Path], cfg: DecontaminateConfig) -> EvalNgrams:
     grams: set[tuple[str, ...]] = set()
     for path in paths:
         for text in read_eval_texts(path):
-            words = [w for w, _, _ in words_with_spans(text)]
+            words = words_of(text)
             if len(words) >= cfg.max_ngram:
                 grams.update(tuple(words[i : i + cfg.max_ngram]) for i in range(len(words) - cfg.max_ngram + 1))
             elif len(words) >= cfg.min_ngram:
@@ -76,32 +82,57 @@ def eval_ngrams(paths: Iterable[Path], cfg: DecontaminateConfig) -> EvalNgrams:
     return EvalNgrams.build(grams)
 
 
-def find_matches(words: list[tuple[str, int, int]], ngrams: EvalNgrams) -> list[tuple[tuple[str, ...], int, int]]:
-    """(n-gram, start char, end char) of every occurrence of an evaluation n-gram, in text order."""
-    tokens = [w for w, _, _ in words]
-    found = []
-    for i in range(len(tokens) - 1):
-        if (tokens[i], tokens[i + 1]) not in ngrams.firsts:
-            continue
+def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str] | None:
+    """(start, n-gram as space-joined words) of the first evaluation n-gram in `text`, as filter_ngrams.py
+    finds it: at each word from the left, the max_ngram-gram, then every length in the set shortest first;
+    past the last full max_ngram-gram, only the shorter lengths inside it. Positions are those of the
+    lower-cased text, as there."""
+    matches = [(m.group(), m.start()) for m in _WORD.finditer(text.lower())]
+    words = [w for w, _ in matches]
+    last = len(words) - max_ngram
+
+    def at(i: int, n: int) -> tuple[int, str] | None:
+        gram = tuple(words[i : i + n])
+        return (matches[i][1], " ".join(gram)) if len(gram) == n and gram in ngrams.grams else None
+
+    for i in range(last + 1):
+        if (words[i], words[i + 1]) in ngrams.firsts:
+            for n in (max_ngram, *ngrams.lengths):
+                if found := at(i, n):
+                    return found
+    if last > 0:
         for n in ngrams.lengths:
-            gram = tuple(tokens[i : i + n])
-            if len(gram) == n and gram in ngrams.grams:
-                found.append((gram, words[i][1], words[i + n - 1][2]))
+            if n != max_ngram:
+                for i in range(last, len(words) - n + 1):
+                    if found := at(i, n):
+                        return found
+    return None
+
+
+def found_in(text: str, ngrams: EvalNgrams, max_ngram: int) -> set[str]:
+    """Pass 1 on one document: the evaluation n-grams found scanning it from the left, each scan going on
+    just past the previous match (filter_ngrams.py's count, so the overlapping n-grams of a copied
+    passage are not all found)."""
+    found: set[str] = set()
+    while match := first_match(text, ngrams, max_ngram):
+        start, gram = match
+        found.add(gram)
+        text = text[start + len(gram) + 1 :]
     return found
 
 
-def count_matches(shard: Path, ngrams: EvalNgrams) -> Counter:
-    """Pass 1 on one shard: how often each evaluation n-gram occurs in its documents."""
+def count_matches(shard: Path, ngrams: EvalNgrams, max_ngram: int) -> Counter:
+    """Pass 1 on one shard: in how many of its documents each evaluation n-gram is found."""
     counts: Counter = Counter()
     for row, bad in iter_documents(shard):
         if not bad:
-            counts.update(g for g, _, _ in find_matches(words_with_spans(row["text"] or ""), ngrams))
+            counts.update(found_in(row["text"] or "", ngrams, max_ngram))
     return counts
 
 
 def write_counts(counts: Counter, path: Path) -> None:
     """One shard's pass-1 counts, for the step that adds them up (n-grams as space-joined words)."""
-    write_json({"counts": {" ".join(g): c for g, c in sorted(counts.items())}}, path)
+    write_json({"counts": dict(sorted(counts.items()))}, path)
 
 
 def add_counts(paths: Iterable[Path]) -> Counter:
@@ -110,25 +141,42 @@ def add_counts(paths: Iterable[Path]) -> Counter:
         record = read_json_record(path, "count that shard again")
         if record is None:
             raise TextmillError(f"{path} is missing or damaged; count that shard again")
-        # words interned: overlapping n-grams share them (LAMBADA's 253,175 n-grams: 44 MiB, not 230)
-        total.update({tuple(map(sys.intern, g.split(" "))): c for g, c in record["counts"].items()})
+        total.update({sys.intern(g): c for g, c in record["counts"].items()})
     return total
 
 
-def cut_matches(text: str, spans: list[tuple[int, int]], cfg: DecontaminateConfig) -> list[str]:
-    """The fragments of `text` left after cutting out every span with its surroundings."""
-    pieces = []
-    cursor = 0
-    for start, end in spans:
-        if start < cursor:
-            continue  # inside the part already cut away
-        left_end = max(start - cfg.cut_chars, cursor)
-        last_stop = max((m.end() for m in _SENTENCE_END.finditer(text, cursor, left_end)), default=cursor)
-        pieces.append(text[cursor:last_stop])
-        stop = _SENTENCE_END.search(text, min(end + cfg.cut_chars, len(text)))
-        cursor = stop.end() if stop else len(text)
-    pieces.append(text[cursor:])
-    return [p.strip() for p in pieces if len(p.strip()) > cfg.min_fragment_chars]
+def cut(text: str, start: int, gram: str, cfg: DecontaminateConfig) -> tuple[str, str]:
+    """The text before a match and the text after it, as filter_ngrams.py splits: `cut_chars` before the
+    match back to a sentence end (kept with it), and `cut_chars` past the match on to a sentence end (the
+    rest begins after it)."""
+    pos = start - cfg.cut_chars
+    while pos > 0 and text[pos] not in ".!?":
+        pos -= 1
+    before = text[: pos + 1] if pos > 0 else ""
+    pos = start + len(gram) + cfg.cut_chars
+    while pos < len(text) and text[pos] not in ".!?":
+        pos += 1
+    return before, text[pos + 1 :] if pos + 1 < len(text) else ""
+
+
+def clean_pieces(text: str, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> list[str] | None:
+    """Pass 2 on one document: None when no selected n-gram is in it, else the pieces left once every match
+    is cut out (filter_ngrams.py's, but each stripped of the whitespace at its cuts); a piece of
+    `min_fragment_chars` or fewer (whitespace included) is dropped."""
+    pieces: list[str] = []
+    rest: str | None = text
+    touched = False
+    while rest is not None:
+        match = first_match(rest, ngrams, cfg.max_ngram)
+        if match is None:
+            pieces.append(rest)
+            break
+        touched = True
+        before, after = cut(rest, *match, cfg)
+        if len(before) > cfg.min_fragment_chars:
+            pieces.append(before)
+        rest = after if len(after) > cfg.min_fragment_chars else None
+    return [p.strip() for p in pieces] if touched else None
 
 
 def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> dict:
@@ -137,10 +185,9 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
 
     def decide(row: dict) -> Verdict:
         text = row["text"] or ""
-        spans = [(s, e) for _, s, e in find_matches(words_with_spans(text), ngrams)]
-        if not spans:
+        pieces = clean_pieces(text, ngrams, cfg)
+        if pieces is None:
             return row, None
-        pieces = cut_matches(text, spans, cfg)
         stats["documents_touched"] += 1
         if not pieces or len(pieces) > cfg.max_pieces:
             stats["characters_removed"] += len(text)
@@ -160,19 +207,22 @@ def summary(selected: dict, manifests: list[dict]) -> dict:
 
 
 def select_from_counts(count_files: list[Path], cfg: DecontaminateConfig, path: Path) -> dict:
-    """Add up the shards' pass-1 counts and write the n-grams pass 2 cuts (with how many there were of
-    each kind) to `path`; returns that record."""
+    """Add up the shards' pass-1 counts and write what pass 2 needs to `path`: the n-grams it leaves out,
+    those found in `key_threshold` or more documents (every other evaluation n-gram is used, found in
+    pass 1 or not, as in filter_ngrams.py), with how many there were of each kind; returns that record."""
     ngrams = eval_ngrams(cfg.eval_files, cfg)
     counts = add_counts(count_files)
-    chosen = EvalNgrams.build(g for g, c in counts.items() if c < cfg.key_threshold)
+    frequent = sorted(g for g, c in counts.items() if c >= cfg.key_threshold)
     record = {"eval_ngrams": len(ngrams.grams), "seen_in_training": len(counts),
-              "used": len(chosen.grams), "ngrams": sorted(" ".join(g) for g in chosen.grams)}
+              "used": len(ngrams.grams) - len(frequent), "frequent": frequent}
     write_json(record, path)
     return record
 
 
-def read_selected(path: Path) -> EvalNgrams:
+def read_selected(path: Path, cfg: DecontaminateConfig) -> EvalNgrams:
+    """The n-grams pass 2 cuts: the evaluation n-grams but those `path` (select_from_counts) leaves out."""
     record = read_json_record(path, "select the n-grams again")
-    if record is None:
+    if record is None or "frequent" not in record:
         raise TextmillError(f"{path} is missing or damaged; select the n-grams again")
-    return EvalNgrams.build(tuple(g.split(" ")) for g in record["ngrams"])
+    frequent = {tuple(g.split(" ")) for g in record["frequent"]}
+    return EvalNgrams.build(g for g in eval_ngrams(cfg.eval_files, cfg).grams if g not in frequent)

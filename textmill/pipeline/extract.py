@@ -27,8 +27,14 @@ def extract(url: str, html: bytes) -> tuple[str, str]:
     return article.title or "", article.text or ""
 
 
+def failure_text(exc: Exception) -> str:
+    """What failed, for a reject reason: the exception's name and the start of its message, on one line."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message[:120]}" if message else type(exc).__name__
+
+
 def _serve(conn: Connection) -> None:
-    """A worker: extract each (url, html) it is sent and send back ("ok", (title, text)) or ("error", name)."""
+    """A worker: extract each (url, html) it is sent and send back ("ok", (title, text)) or ("error", what)."""
     while True:
         try:
             url, html = conn.recv()
@@ -37,7 +43,7 @@ def _serve(conn: Connection) -> None:
         try:
             conn.send(("ok", extract(url, html)))
         except Exception as exc:  # a page newspaper cannot parse is the page's fault
-            conn.send(("error", type(exc).__name__))
+            conn.send(("error", failure_text(exc)))
 
 
 class ExtractionTimeout(Exception):
@@ -45,7 +51,7 @@ class ExtractionTimeout(Exception):
 
 
 class ExtractionFailed(Exception):
-    """newspaper3k raised on the page (the message is the exception's name), or the worker died."""
+    """newspaper3k raised on the page (the message says what it raised), or the worker died."""
 
 
 class ExtractorPool:

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from yarl import URL
 
 from textmill.pipeline.config import ScrapeConfig
-from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract
+from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -232,7 +232,7 @@ async def extract_page(extractor: ExtractorPool | None, url: str, html: bytes) -
     except ExtractionFailed as exc:
         return "", "", f"extraction_failed={exc}"
     except Exception as exc:  # in a thread: a page newspaper cannot parse is a reject, not a crash
-        return "", "", f"extraction_failed={type(exc).__name__}"
+        return "", "", f"extraction_failed={failure_text(exc)}"
     return title, text, None
 
 

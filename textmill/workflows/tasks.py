@@ -706,7 +706,8 @@ class DecontaminateCount(DecontaminateStep):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
 
         cfg = self.settings.decontaminate
-        write_counts(count_matches(fetch(self.input_shard(self.part)), eval_ngrams(cfg.eval_files, cfg)), self.done_file())
+        write_counts(count_matches(fetch(self.input_shard(self.part)), eval_ngrams(cfg.eval_files, cfg), cfg.max_ngram),
+                     self.done_file())
 
 
 class DecontaminateSelect(PerShuffledShard, DecontaminateStep):
@@ -742,7 +743,7 @@ class DecontaminateShard(DecontaminateStep):
     def make(self):
         from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
 
-        chosen = read_selected(fetch(DecontaminateSelect(self.config).done_file()))
+        chosen = read_selected(fetch(DecontaminateSelect(self.config).done_file()), self.settings.decontaminate)
         decontaminate_shard(fetch(self.input_shard(self.part)), self.shard(), chosen, self.settings.decontaminate)
 
     def shard(self) -> Path:
