@@ -2,11 +2,13 @@ import functools
 import gzip
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import BlacklistConfig
+from textmill.pipeline.charset import decode_html
 from textmill.pipeline.extract import extract
 from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
 from textmill.workflows.commands import run_stage
@@ -84,7 +87,8 @@ def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
     scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     [html_row] = pq.read_table(tmp_path / "sc" / "urls.html.parquet").to_pylist()
     [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
-    assert extract(html_row["final_url"], html_row["html"]) == (doc["title"], doc["text"])
+    html, how = decode_html(html_row["html"], html_row["content_type"])
+    assert how == "header:utf-8" and extract(html_row["final_url"], html) == (doc["title"], doc["text"])
 
 
 def test_killed_scrape_resumes_without_refetching(tmp_path):
@@ -248,3 +252,46 @@ def test_an_extraction_failure_keeps_what_failed():
     assert failure_text(ValueError("no body\n  in this   page")) == "ValueError: no body in this page"
     assert failure_text(KeyError()) == "KeyError"
     assert len(failure_text(RuntimeError("x" * 1000))) == len("RuntimeError: ") + 120
+
+
+CHARSET_PAGES = {  # codec: (title, a sentence) in that script
+    "windows-1251": ("Привет, мир", "Съешь же ещё этих мягких французских булок, да выпей чаю."),
+    "shift_jis": ("日本語のページ", "吾輩は猫である。名前はまだ無い。"),
+    "gb18030": ("中文网页标题", "这是一个用来检查编码的测试页面。"),
+}
+
+
+def charset_page(title: str, body: str, meta: str = "") -> str:
+    return f"<html><head>{meta}<title>{title}</title></head><body><article><p>{body}</p></article></body></html>"
+
+
+def test_pages_are_decoded_by_header_then_meta_then_detection(tmp_path):
+    web = synthweb.SyntheticWeb()
+    english = " ".join(synthweb.prose(random.Random(3), 4))
+    stray = charset_page("Café", f"The café’s naïve owner said {english} \xe9 Ended.").encode("utf-8")
+    stray = stray.replace("\xe9 Ended".encode("utf-8"), b"\xe9 Ended")  # one Latin-1 byte in UTF-8
+    web.pages["/stray.html"] = synthweb.Page(body=stray, content_type="text/html; charset=utf-8")
+    expected = {"/stray.html": ("Café", "header:utf-8")}
+    for codec, (title, sentence) in CHARSET_PAGES.items():
+        placements = {"header": (f"text/html; charset={codec}", ""),
+                      "meta": ("text/html", f'<meta charset="{codec}">'),
+                      "http-equiv": ("text/html", f'<meta http-equiv="Content-Type" content="text/html; charset={codec}">'),
+                      "detected": ("text/html", "")}
+        for where, (content_type, meta) in placements.items():
+            path = f"/{codec}/{where}.html"
+            web.pages[path] = synthweb.Page(body=charset_page(title, sentence * 6, meta).encode(codec),
+                                            content_type=content_type)
+            how = {"header": "header", "http-equiv": "meta"}.get(where, where)
+            expected[path] = (title, f"{how}:{'cp932' if codec == 'shift_jis' else codec.replace('windows-', 'cp')}")
+    web.url_paths = list(web.pages)
+    with synthweb.serve(web) as srv:
+        shard = url_shard(tmp_path, [synthweb.base_url(srv) + p for p in web.url_paths])
+        cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, extract_workers=0)
+        manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
+    rows = {r["url"].split(":", 2)[2].split("/", 1)[1]: r for r in
+            pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist() + pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+    for path, (title, how) in expected.items():
+        assert rows[path.lstrip("/")]["title"] == title, path
+    assert manifest["charsets"] == dict(sorted(Counter(how for _, how in expected.values()).items()))
+    text = rows["stray.html"]["text"]
+    assert "The café’s naïve owner said" in text and text.count("\ufffd") == 1 and "Ã" not in text

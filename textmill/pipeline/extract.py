@@ -13,9 +13,9 @@ import queue
 from multiprocessing.connection import Connection
 
 
-def extract(url: str, html: bytes) -> tuple[str, str]:
-    """(title, text) of a page, by newspaper3k from HTML we fetched ourselves (never its downloader, never
-    its `nlp()`)."""
+def extract(url: str, html: str) -> tuple[str, str]:
+    """(title, text) of a page, by newspaper3k from HTML we fetched and decoded ourselves (never its
+    downloader, never its `nlp()`)."""
     from newspaper import Article, Config
 
     config = Config()

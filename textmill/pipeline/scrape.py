@@ -25,6 +25,7 @@ import ipaddress
 import json
 import socket
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,13 +37,15 @@ import pyarrow as pa
 from tqdm import tqdm
 from yarl import URL
 
+from textmill.pipeline.charset import decode_html
 from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
-HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary())])
+HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary()),
+                         ("content_type", pa.string())])
 
 
 class BlockedAddress(OSError):
@@ -72,6 +75,7 @@ class Fetched:
     status: int | None = None
     body: bytes | None = None
     reason: str | None = None  # set when the fetch failed
+    content_type: str | None = None  # the server's Content-Type, which may name the charset
 
 
 def _ip_literal(host: str) -> bool:
@@ -119,7 +123,7 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
                     body += chunk
                     if len(body) > cfg.max_bytes:
                         return Fetched(current, resp.status, reason="too_large")
-                return Fetched(current, resp.status, bytes(body))
+                return Fetched(current, resp.status, bytes(body), content_type=resp.headers.get("Content-Type"))
         except aiohttp.ClientConnectorError:
             blocked = host in resolver.blocked
             return Fetched(current, reason="blocked_address" if blocked else "connection_error")
@@ -202,24 +206,26 @@ async def _scrape_pending(
                     "elapsed_s": None,
                     "fetched_at": None,
                 }
-                reason = got.reason
+                reason, charset = got.reason, None
                 if reason is None and looks_binary(got.body):
                     reason = "binary_content"
                 if reason is None:
-                    title, text, reason = await extract_page(extractor, got.final_url, got.body)
+                    html, charset = decode_html(got.body, got.content_type)
+                    title, text, reason = await extract_page(extractor, got.final_url, html)
                     row.update(title=title, text=text, word_count=len(text.split()))
                     if reason is None and not text.strip():
                         reason = "empty_extraction"
                 row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
-                html = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
-                journal.write(json.dumps({"row": row, "reason": reason, "html": html}, ensure_ascii=False) + "\n")
+                raw = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
+                journal.write(json.dumps({"row": row, "reason": reason, "html": raw, "charset": charset,
+                                          "content_type": got.content_type}, ensure_ascii=False) + "\n")
                 journal.flush()
                 progress.update(1)
 
         await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
 
 
-async def extract_page(extractor: ExtractorPool | None, url: str, html: bytes) -> tuple[str, str, str | None]:
+async def extract_page(extractor: ExtractorPool | None, url: str, html: str) -> tuple[str, str, str | None]:
     """(title, text, None), or ("", "", reason) for a page that cannot be extracted in time or at all."""
     loop = asyncio.get_running_loop()
     try:
@@ -262,18 +268,21 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
     try:
         with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
+            charsets: Counter[str] = Counter()
             for url_row in urls:
                 entry = done[url_row["id"]]
                 if entry["reason"]:
                     stage.reject(entry["row"], entry["reason"])
                 else:
                     stage.keep(entry["row"])
+                if entry.get("charset"):
+                    charsets[entry["charset"]] += 1
                 if html_writer and entry["html"] is not None:
-                    html = entry["html"].encode("latin-1")
-                    html_writer.write({"id": url_row["id"], "final_url": entry["row"]["final_url"], "html": html})
+                    html_writer.write({"id": url_row["id"], "final_url": entry["row"]["final_url"],
+                                       "html": entry["html"].encode("latin-1"), "content_type": entry.get("content_type")})
             if html_writer:
                 html_writer.close()  # before the manifest: a finished shard has its HTML
-            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending))
+            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending), charsets=dict(sorted(charsets.items())))
     except BaseException:
         if html_writer:
             html_writer.abort()
