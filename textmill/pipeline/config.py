@@ -35,7 +35,10 @@ class BlacklistConfig(StageConfig):
 @dataclass(frozen=True)
 class ScrapeConfig(StageConfig):
     concurrency: int = setting(32, "URLs fetched at once per shard (does not change the output)", least=1, keyed=False)
-    extract_workers: int = setting(2, "newspaper3k processes (does not change the output; 0: threads of this process, "
+    extractor: Literal["newspaper", "trafilatura"] = setting(
+        "trafilatura", "what finds a page's title and main text: newspaper3k (as OpenWebText was built) or trafilatura "
+        "(finds more of the main text; benchmarks/README.md has both measured)")
+    extract_workers: int = setting(2, "extraction processes (does not change the output; 0: threads of this process, "
                                    "with no extraction deadline: for trusted pages only)", least=0, keyed=False)
     timeout_s: float = setting(30.0, "hard wall-clock limit in seconds on one URL's fetch (DNS, redirects and body "
                                "included)", above=0, old=("--timeout",))

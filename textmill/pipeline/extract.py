@@ -1,6 +1,7 @@
-"""Extraction of title and text from fetched HTML, with newspaper3k, under a hard deadline per page.
+"""Extraction of title and text from fetched HTML, with newspaper3k or trafilatura, under a hard deadline
+per page.
 
-newspaper3k can take minutes on a hostile page (a few MB of short paragraphs), so extraction runs in
+An extractor can take minutes on a hostile page (a few MB of short paragraphs), so extraction runs in
 worker processes that can be killed: `ExtractorPool` sends one page at a time to an idle worker and, when
 the answer does not come within the deadline, kills that worker and starts a new one in its place. The
 page is rejected as `extraction_timeout` and the stage goes on.
@@ -13,9 +14,11 @@ import queue
 from multiprocessing.connection import Connection
 
 
-def extract(url: str, html: str) -> tuple[str, str]:
-    """(title, text) of a page, by newspaper3k from HTML we fetched and decoded ourselves (never its
-    downloader, never its `nlp()`)."""
+def extract(url: str, html: str, extractor: str = "newspaper") -> tuple[str, str]:
+    """(title, text) of a page, from HTML we fetched and decoded ourselves, by newspaper3k (never its
+    downloader, never its `nlp()`) or trafilatura (main text without comments; tables kept)."""
+    if extractor == "trafilatura":
+        return extract_trafilatura(url, html)
     from newspaper import Article, Config
 
     config = Config()
@@ -27,6 +30,16 @@ def extract(url: str, html: str) -> tuple[str, str]:
     return article.title or "", article.text or ""
 
 
+def extract_trafilatura(url: str, html: str) -> tuple[str, str]:
+    import trafilatura
+
+    document = trafilatura.bare_extraction(html, url=url, with_metadata=True, include_comments=False)
+    if document is None:
+        return "", ""
+    # a blank line between paragraphs, as newspaper3k gives them (and OpenWebText has them)
+    return document.title or "", "\n\n".join(line for line in (document.text or "").split("\n") if line.strip())
+
+
 def failure_text(exc: Exception) -> str:
     """What failed, for a reject reason: the exception's name and the start of its message, on one line."""
     message = " ".join(str(exc).split())
@@ -34,15 +47,16 @@ def failure_text(exc: Exception) -> str:
 
 
 def _serve(conn: Connection) -> None:
-    """A worker: extract each (url, html) it is sent and send back ("ok", (title, text)) or ("error", what)."""
+    """A worker: extract each (url, html, extractor) it is sent and send back ("ok", (title, text)) or
+    ("error", what)."""
     while True:
         try:
-            url, html = conn.recv()
+            url, html, extractor = conn.recv()
         except EOFError:  # the pool closed its end
             return
         try:
-            conn.send(("ok", extract(url, html)))
-        except Exception as exc:  # a page newspaper cannot parse is the page's fault
+            conn.send(("ok", extract(url, html, extractor)))
+        except Exception as exc:  # a page the extractor cannot parse is the page's fault
             conn.send(("error", failure_text(exc)))
 
 
@@ -51,11 +65,11 @@ class ExtractionTimeout(Exception):
 
 
 class ExtractionFailed(Exception):
-    """newspaper3k raised on the page (the message says what it raised), or the worker died."""
+    """The extractor raised on the page (the message says what it raised), or the worker died."""
 
 
 class ExtractorPool:
-    """`workers` processes running newspaper3k; `extract()` is blocking and thread-safe (the scraper calls it
+    """`workers` processes running the extractors; `extract()` is blocking and thread-safe (the scraper calls it
     from asyncio's thread pool) and gives each page at most `timeout_s` seconds of a worker's time."""
 
     def __init__(self, workers: int, timeout_s: float):
@@ -82,13 +96,13 @@ class ExtractorPool:
         self._all[self._all.index(worker)] = fresh
         return fresh
 
-    def extract(self, url: str, html: bytes) -> tuple[str, str]:
+    def extract(self, url: str, html: str, extractor: str = "newspaper") -> tuple[str, str]:
         """(title, text); raises ExtractionTimeout past the deadline, ExtractionFailed otherwise."""
         worker = self._idle.get()
         try:
             _, conn = worker
             try:
-                conn.send((url, html))
+                conn.send((url, html, extractor))
                 answered = conn.poll(self.timeout_s)
                 status, value = conn.recv() if answered else (None, None)
             except (EOFError, OSError):  # the worker died (a crash in a C extension, say)

@@ -211,7 +211,7 @@ async def _scrape_pending(
                     reason = "binary_content"
                 if reason is None:
                     html, charset = decode_html(got.body, got.content_type)
-                    title, text, reason = await extract_page(extractor, got.final_url, html)
+                    title, text, reason = await extract_page(extractor, got.final_url, html, cfg.extractor)
                     row.update(title=title, text=text, word_count=len(text.split()))
                     if reason is None and not text.strip():
                         reason = "empty_extraction"
@@ -225,19 +225,19 @@ async def _scrape_pending(
         await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
 
 
-async def extract_page(extractor: ExtractorPool | None, url: str, html: str) -> tuple[str, str, str | None]:
+async def extract_page(pool: ExtractorPool | None, url: str, html: str, extractor: str) -> tuple[str, str, str | None]:
     """(title, text, None), or ("", "", reason) for a page that cannot be extracted in time or at all."""
     loop = asyncio.get_running_loop()
     try:
-        if extractor is None:
-            title, text = await loop.run_in_executor(None, extract, url, html)
+        if pool is None:
+            title, text = await loop.run_in_executor(None, extract, url, html, extractor)
         else:
-            title, text = await loop.run_in_executor(None, extractor.extract, url, html)
+            title, text = await loop.run_in_executor(None, pool.extract, url, html, extractor)
     except ExtractionTimeout:
         return "", "", "extraction_timeout"
     except ExtractionFailed as exc:
         return "", "", f"extraction_failed={exc}"
-    except Exception as exc:  # in a thread: a page newspaper cannot parse is a reject, not a crash
+    except Exception as exc:  # in a thread: a page the extractor cannot parse is a reject, not a crash
         return "", "", f"extraction_failed={failure_text(exc)}"
     return title, text, None
 
