@@ -26,6 +26,8 @@ from textmill.pipeline.extract import extract
 from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
 from textmill.workflows.commands import run_stage
 
+from conftest import run_cli
+
 FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000_000, concurrency=8, extract_workers=0)
 
 
@@ -295,3 +297,26 @@ def test_pages_are_decoded_by_header_then_meta_then_detection(tmp_path):
     assert manifest["charsets"] == dict(sorted(Counter(how for _, how in expected.values()).items()))
     text = rows["stray.html"]["text"]
     assert "The café’s naïve owner said" in text and text.count("\ufffd") == 1 and "Ã" not in text
+
+
+def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, small_web, server):
+    base = synthweb.base_url(server)
+    paths = ["/article/1.html", "/article/2.html", "/fr/0.html", "/missing.html", "/empty.html"]
+    (tmp_path / "urls.txt").write_text("".join(f"{base}{p}\n" for p in paths))
+    assert run_cli("blacklist", str(tmp_path / "urls.txt"), "-o", str(tmp_path / "bl")).returncode == 0
+    fetch = ["--allow-private-addresses", "--extract-workers", "0", "--timeout-s", "5"]
+    for extractor, out, keep in (("newspaper", "news", ["--keep-html"]), ("trafilatura", "traf", [])):
+        r = run_cli("scrape", str(tmp_path / "bl"), "-o", str(tmp_path / out), "--extractor", extractor, *fetch, *keep)
+        assert r.returncode == 0, r.stderr
+    hits = dict(server.hits)
+    r = run_cli("extract", str(tmp_path / "news"), "-o", str(tmp_path / "again"), "--extractor", "trafilatura")
+    assert r.returncode == 0, r.stderr
+    assert server.hits == hits  # nothing fetched
+    for name in ("urls.parquet", "urls.rejects.parquet"):
+        again = pq.read_table(tmp_path / "again" / name).drop_columns(["elapsed_s", "fetched_at"])
+        assert again == pq.read_table(tmp_path / "traf" / name).drop_columns(["elapsed_s", "fetched_at"]), name
+    manifest = json.loads((tmp_path / "again" / "urls.manifest.json").read_text())
+    assert manifest["params"]["extractor"] == "trafilatura" and manifest["counts"]["input"] == len(paths)
+    assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
+    missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "has no kept HTML (urls.html.parquet); scrape with --keep-html" in missing.stderr

@@ -135,7 +135,7 @@ class RunConfig:
 
 
 # The corpus stages a command can run alone, in graph order.
-CORPUS_STAGES = ("blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate")
+CORPUS_STAGES = ("blacklist", "scrape", "extract", "dedup", "clean", "shuffle", "decontaminate")
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -1,7 +1,7 @@
 """The `textmill` command. Each corpus stage runs on its own (its tasks of the run's graph, `--workers N`):
 
     textmill blacklist URL_LISTS... --output DIR
-    textmill scrape URL_SHARDS... --output DIR
+    textmill scrape URL_SHARDS... --output DIR;  textmill extract SCRAPED_SHARDS... --output DIR
     textmill dedup | clean | decontaminate DOC_SHARDS... --output DIR
     textmill shuffle DOC_SHARDS... --output DIR [--num-shards N]
     textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]

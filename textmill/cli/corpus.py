@@ -1,4 +1,4 @@
-"""`textmill blacklist | scrape | dedup | clean | shuffle | decontaminate`: each corpus stage on its own,
+"""`textmill blacklist | scrape | extract | dedup | clean | shuffle | decontaminate`: each corpus stage on its own,
 over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
 with a one-line summary."""
 
@@ -38,6 +38,10 @@ def cmd_blacklist(args) -> str:
 
 def cmd_scrape(args) -> str:
     return run_command(args, "scrape", {"scrape": from_namespace(ScrapeConfig, args)})[0]
+
+
+def cmd_extract(args) -> str:
+    return run_command(args, "extract", {"scrape": from_namespace(ScrapeConfig, args)})[0]
 
 
 def cmd_dedup(args) -> str:
@@ -97,6 +101,13 @@ def add_parsers(sub) -> None:
               help_for={"allow_networks": "fetch from this non-public address or network all the same, e.g. a local mirror "
                     "at 10.0.0.5 or 127.0.0.2/32 (repeatable; narrower than --allow-private-addresses)"})
     p.set_defaults(func=cmd_scrape)
+
+    fetching = ("concurrency", "timeout_s", "max_bytes", "max_redirects", "allow_private_addresses", "allow_networks",
+                "keep_html", "user_agent")
+    p = stage("extract", "Extract title and text again from the HTML a scrape kept (--keep-html), fetching nothing: to "
+              "switch extractors on an existing crawl.", "scraped shards (with their NAME.html.parquet), or directories "
+              "of them", ScrapeConfig, skip=fetching)
+    p.set_defaults(func=cmd_extract)
 
     p = stage("dedup", "Remove near-duplicate documents with MinHash LSH; the first document of each cluster stays.", docs,
               DedupConfig)

@@ -26,6 +26,8 @@ import json
 import socket
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,10 +39,11 @@ import pyarrow as pa
 from tqdm import tqdm
 from yarl import URL
 
+from textmill.errors import TextmillError
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, sidecar_path
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, rejects_path, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -175,7 +178,7 @@ def _now() -> str:
 
 
 async def _scrape_pending(
-    pending: list[dict], cfg: ScrapeConfig, extractor: ExtractorPool | None, journal, progress: tqdm
+    pending: list[dict], cfg: ScrapeConfig, pool: ExtractorPool | None, journal, progress: tqdm
 ) -> None:
     resolver = GuardedResolver(cfg)
     connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
@@ -210,11 +213,9 @@ async def _scrape_pending(
                 if reason is None and looks_binary(got.body):
                     reason = "binary_content"
                 if reason is None:
-                    html, charset = decode_html(got.body, got.content_type)
-                    title, text, reason = await extract_page(extractor, got.final_url, html, cfg.extractor)
-                    row.update(title=title, text=text, word_count=len(text.split()))
-                    if reason is None and not text.strip():
-                        reason = "empty_extraction"
+                    fields, reason, charset = await asyncio.get_running_loop().run_in_executor(
+                        None, extracted, pool, got.final_url, got.body, got.content_type, cfg.extractor)
+                    row.update(fields)
                 row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
                 raw = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
                 journal.write(json.dumps({"row": row, "reason": reason, "html": raw, "charset": charset,
@@ -225,29 +226,41 @@ async def _scrape_pending(
         await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
 
 
-async def extract_page(pool: ExtractorPool | None, url: str, html: str, extractor: str) -> tuple[str, str, str | None]:
-    """(title, text, None), or ("", "", reason) for a page that cannot be extracted in time or at all."""
-    loop = asyncio.get_running_loop()
+def extracted(pool: ExtractorPool | None, url: str, body: bytes, content_type: str | None,
+              extractor: str) -> tuple[dict, str | None, str]:
+    """A fetched page decoded and extracted: its title, text and word count, its reject reason (None when
+    kept) and how it was decoded. Run in a thread: `pool` gives each page a deadline (None: no deadline)."""
+    html, charset = decode_html(body, content_type)
     try:
-        if pool is None:
-            title, text = await loop.run_in_executor(None, extract, url, html, extractor)
-        else:
-            title, text = await loop.run_in_executor(None, pool.extract, url, html, extractor)
+        title, text = pool.extract(url, html, extractor) if pool else extract(url, html, extractor)
     except ExtractionTimeout:
-        return "", "", "extraction_timeout"
+        title, text, reason = "", "", "extraction_timeout"
     except ExtractionFailed as exc:
-        return "", "", f"extraction_failed={exc}"
+        title, text, reason = "", "", f"extraction_failed={exc}"
     except Exception as exc:  # in a thread: a page the extractor cannot parse is a reject, not a crash
-        return "", "", f"extraction_failed={failure_text(exc)}"
-    return title, text, None
+        title, text, reason = "", "", f"extraction_failed={failure_text(exc)}"
+    else:
+        reason = None if text.strip() else "empty_extraction"
+    return {"title": title, "text": text, "word_count": len(text.split())}, reason, charset
+
+
+@contextmanager
+def extraction_pool(cfg: ScrapeConfig) -> Iterator[ExtractorPool | None]:
+    """The extractor in `cfg.extract_workers` processes, each page under `cfg.extract_timeout_s`; with 0
+    workers, None: threads of this process, where nothing can stop a page that never finishes (for
+    trusted pages only: tests)."""
+    pool = ExtractorPool(cfg.extract_workers, cfg.extract_timeout_s) if cfg.extract_workers > 0 else None
+    try:
+        yield pool
+    finally:
+        if pool:
+            pool.close()
 
 
 def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
     """Fetch and extract every URL of `url_shard` into the document shard `output`; returns its manifest.
 
-    newspaper3k runs in `cfg.extract_workers` processes, each page under `cfg.extract_timeout_s`; with 0
-    workers, in threads of this process, where nothing can stop a page that never finishes: for trusted
-    pages only (tests)."""
+    The extractor runs as `extraction_pool` says."""
     urls = list(read_rows(url_shard, columns=["id", "url"], kind="URL"))
     journal_path = _journal_path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -257,12 +270,8 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
         total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url", disable=None
     ) as progress:
         if pending:
-            extractor = ExtractorPool(cfg.extract_workers, cfg.extract_timeout_s) if cfg.extract_workers > 0 else None
-            try:
-                asyncio.run(_scrape_pending(pending, cfg, extractor, journal, progress))
-            finally:
-                if extractor:
-                    extractor.close()
+            with extraction_pool(cfg) as pool:
+                asyncio.run(_scrape_pending(pending, cfg, pool, journal, progress))
     done = _read_journal(journal_path)
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
@@ -289,3 +298,36 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
         raise
     journal_path.unlink()
     return manifest
+
+
+def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:
+    """The pages of a scraped shard extracted again by `cfg.extractor` from the HTML the scrape kept
+    (keep_html), fetching nothing, into the document shard `output`: a page whose HTML was kept is kept or
+    rejected by the new extraction; one without (its fetch failed) keeps its reject reason."""
+    html_file = sidecar_path(scraped, "html")
+    if not html_file.exists():
+        raise TextmillError(f"{scraped} has no kept HTML ({html_file.name}); scrape with --keep-html to extract "
+                            "again without fetching")
+    pages = {page["id"]: page for page in read_rows(html_file)}
+    rows = [(row, None) for row in read_rows(scraped, kind="document")]
+    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(rejects_path(scraped))]
+
+    def again(item: tuple[dict, str | None]) -> tuple[dict, str | None, str | None]:
+        row, reason = item
+        page = pages.get(row["id"])
+        if page is None:
+            return row, reason, None
+        fields, reason, charset = extracted(pool, page["final_url"], page["html"], page.get("content_type"), cfg.extractor)
+        return {**row, **fields}, reason, charset
+
+    with extraction_pool(cfg) as pool, ThreadPoolExecutor(max(cfg.extract_workers, 1)) as threads, \
+            ShardOutput("extract", output, DOC_SCHEMA, [scraped, html_file], cfg.params()) as stage:
+        charsets: Counter[str] = Counter()
+        for row, reason, charset in threads.map(again, rows):
+            if charset:
+                charsets[charset] += 1
+            if reason:
+                stage.reject(row, reason)
+            else:
+                stage.keep(row)
+        return stage.finish(len(rows), charsets=dict(sorted(charsets.items())))

@@ -83,8 +83,8 @@ def shard_name(settings: RunConfig, shard: int) -> str:
 
 # The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
 # straight into OUT; the steps before it (signatures, band keys, ...) go to OUT/.textmill/STAGE/KEY.
-COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "dedup": "3-dedup", "clean": "4-clean",
-                         "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
+COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
+                         "clean": "4-clean", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 
 class DoneFile(luigi.Target):
@@ -358,6 +358,32 @@ class ScrapeShard(ShardTask):
         from textmill.pipeline.scrape import scrape_shard
 
         scrape_shard(fetch(self.requires().shard_file()), self.shard_file(), self.settings.scrape)
+
+
+class ExtractShard(ShardTask):
+    """A scraped shard extracted again from the HTML it kept, fetching nothing: `textmill extract` (a run
+    scrapes again when [scrape] changes)."""
+
+    stage = "2-extract"
+
+    def own_key(self) -> str:
+        from textmill.pipeline.shards import sidecar_path
+
+        given = self.requires().shard_file()
+        return key_of(self.requires().key(), file_fingerprint(sidecar_path(given, "html"))["sha256"],
+                      self.settings.scrape.params())
+
+    def requires(self):
+        return written_by(self.config, "extract", ScrapeShard(self.config, self.shard))
+
+    def make(self):
+        from textmill.pipeline.scrape import extract_shard
+        from textmill.pipeline.shards import rejects_path, sidecar_path
+
+        given = fetch(self.requires().shard_file())
+        for sidecar in (rejects_path(given), sidecar_path(given, "html")):
+            fetch(sidecar)
+        extract_shard(given, self.shard_file(), self.settings.scrape)
 
 
 def scraped(config: str, shard: int) -> ScrapeShard | GivenShard:
