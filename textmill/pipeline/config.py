@@ -101,8 +101,11 @@ class CleanConfig(StageConfig):
     language: str = setting("en", "keep documents langdetect (seeded) calls this language")
     min_tokens: int = setting(128, "drop documents with fewer tokens, end-of-document token included (GPT-2 "
                               "pre-tokenizer pieces + 1, a lower bound; BPE tokens when a vocabulary is given)", least=0)
-    langdetect_chars: int = setting(4000, "characters of each document langdetect reads", least=1)
+    langdetect_chars: int = setting(4000, "characters of each document the language detector reads", least=1)
     seed: int = setting(0, "langdetect seed", least=0, most=SEED_MAX)
+    language_detector: Literal["langdetect", "fasttext"] = setting(
+        "langdetect", "langdetect (seeded; as Megatron's cleanup) or fastText's compressed lid.176 model, many times "
+        "faster (pip install 'textmill[fasttext]'; its agreement with langdetect is in benchmarks/README.md)")
 
 
 @dataclass(frozen=True)
