@@ -28,7 +28,8 @@ from textmill.workflows.commands import run_stage
 
 from conftest import run_cli
 
-FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000_000, concurrency=8, extract_workers=0)
+FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000_000, concurrency=8, extract_workers=0,
+                    retries=0, per_host_concurrency=8)
 
 
 def url_shard(tmp_path: Path, urls: list[str]) -> Path:
@@ -320,3 +321,69 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
     assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
     missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
     assert missing.returncode == 2 and "has no kept HTML (urls.html.parquet); scrape with --keep-html" in missing.stderr
+
+
+@contextmanager
+def unreliable_server():
+    """/flaky/N answers 503 twice, then the page; /busy answers 429 asking for 1 s (Retry-After), then the
+    page; /down always 503; /slow/N takes 0.3 s; /private/N is disallowed by /robots.txt. It records every
+    request's path and time, and the most /slow/ requests in flight at once."""
+    log, lock, state = [], threading.Lock(), {"now": 0, "most": 0}
+    page = ("<html><head><title>Steady</title></head><body><article><p>" + "A steady paragraph of text. " * 40
+            + "</p></article></body></html>").encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self, status: int, body: bytes, content_type: str = "text/html", **headers):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name.replace("_", "-"), value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            with lock:
+                seen = sum(1 for p, _ in log if p == self.path)
+                log.append((self.path, time.monotonic()))
+            if self.path == "/robots.txt":
+                self.answer(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
+            elif self.path.startswith("/flaky/") and seen < 2 or self.path == "/down":
+                self.answer(503, b"try later")
+            elif self.path == "/busy" and seen == 0:
+                self.answer(429, b"slow down", Retry_After="1")
+            else:
+                if self.path.startswith("/slow/"):  # requests in flight at once, counted before any answer
+                    with lock:
+                        state["now"] += 1
+                        state["most"] = max(state["most"], state["now"])
+                    time.sleep(0.3)
+                    with lock:
+                        state["now"] -= 1
+                self.answer(200, page)
+
+        def log_message(self, *args):
+            pass
+
+    with serving(Handler, "127.0.0.1") as base:
+        yield base, log, state
+
+
+def test_transient_failures_are_retried_hosts_are_spared_and_robots_txt_is_heeded(tmp_path):
+    paths = ["/flaky/1", "/busy", "/down", "/private/1", *(f"/slow/{i}" for i in range(8))]
+    cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, extract_workers=0, concurrency=8,
+                       per_host_concurrency=2, retries=2, retry_wait_s=0.05, robots_txt=True)
+    with unreliable_server() as (base, log, state):
+        shard = url_shard_of(tmp_path / "urls.parquet", [base + p for p in paths])
+        manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
+    kept = {r["url"].removeprefix(base) for r in pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()}
+    rejects = {r["url"].removeprefix(base): r["reason"] for r in pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+    assert kept == {"/flaky/1", "/busy", *(f"/slow/{i}" for i in range(8))}
+    assert rejects == {"/down": "status=503", "/private/1": "robots_disallowed"}
+    tries = {p: [t for q, t in log if q == p] for p in ("/flaky/1", "/busy", "/down", "/private/1", "/robots.txt")}
+    assert [len(tries[p]) for p in tries] == [3, 2, 3, 0, 1]  # /down: the first try and 2 retries; robots.txt once
+    assert tries["/busy"][1] - tries["/busy"][0] >= 1.0  # Retry-After waited for
+    assert state["most"] == 2  # one host, at most per_host_concurrency at once (of 8 workers)
+    assert manifest["retries"] == 2 + 1 + 2

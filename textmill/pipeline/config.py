@@ -54,6 +54,15 @@ class ScrapeConfig(StageConfig):
                                               old=("--allow-network",))
     keep_html: bool = setting(False, "also write NAME.html.parquet with the raw HTML of each page, so text can be "
                               "extracted again without fetching")
+    retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a timeout, "
+                           "a broken response, 429, 502, 503, 504) before it is a reject", least=0, keyed=False)
+    retry_wait_s: float = setting(1.0, "wait before the first retry, doubled for each next one, plus up to half again "
+                                  "at random (seeded by the URL); a Retry-After header is waited for instead, up to "
+                                  "timeout_s", least=0, keyed=False)
+    per_host_concurrency: int = setting(4, "URLs of one host fetched at once, so a list dominated by one site does not "
+                                        "hammer it (does not change the output)", least=1, keyed=False)
+    robots_txt: bool = setting(False, "skip pages the host's robots.txt disallows for user_agent (rejected as "
+                               "robots_disallowed; a robots.txt that cannot be fetched allows everything)")
     user_agent: str = setting("textmill/0.1 (corpus builder)", "the User-Agent header sent")
 
     def __post_init__(self) -> None:

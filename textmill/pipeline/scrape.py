@@ -1,5 +1,5 @@
-"""Scraping, after OpenWebText's download.py: fetch each URL of a URL shard, extract title and text with
-newspaper3k, and keep per-URL metadata.
+"""Scraping, after OpenWebText's download.py: fetch each URL of a URL shard, extract title and text, and
+keep per-URL metadata.
 
 Fetching is asyncio + aiohttp with a hard wall-clock deadline per URL (DNS, connect, redirects and the
 whole body included, not just a socket timeout), a size cap counted on the decompressed body, bounded
@@ -10,9 +10,15 @@ URL is parsed once by yarl, the parser aiohttp itself uses, whose IDNA step turn
 digits and ideographic full stops into ASCII (`１２７。０.０.①` is 127.0.0.1); an IP literal is checked on that
 form, and every other host by the resolver aiohttp connects through.
 
-Extraction (textmill.pipeline.extract) runs newspaper3k on the HTML we fetched in worker processes, so the
-event loop keeps fetching while pages are parsed, with its own hard deadline per page (`extract_timeout_s`):
-a worker that overruns is killed and replaced, and the page is rejected as `extraction_timeout`.
+A fetch that failed in a way that may pass (TRANSIENT: a connection error, a timeout, 429, 502, 503, 504)
+is tried again up to `retries` times, after an exponential wait with seeded jitter or what Retry-After
+asks; no more than `per_host_concurrency` URLs of one host are fetched at once; with `robots_txt`, a
+page its host's robots.txt disallows is rejected unfetched.
+
+Each page is decoded (textmill.pipeline.charset), then extracted (textmill.pipeline.extract, newspaper3k
+or trafilatura) in worker processes, so the event loop keeps fetching while pages are parsed, with its
+own hard deadline per page (`extract_timeout_s`): a worker that overruns is killed and replaced, and the
+page is rejected as `extraction_timeout`.
 
 Resumable: each finished URL (kept or rejected) is appended to a journal beside the output; a rerun after
 a crash re-fetches only URLs with no journal line. The shard is built from the journal in input order.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import random
 import socket
 import time
 from collections import Counter
@@ -30,9 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urljoin, urlsplit
+from urllib.robotparser import RobotFileParser
 
 import aiohttp
 import pyarrow as pa
@@ -79,6 +88,7 @@ class Fetched:
     body: bytes | None = None
     reason: str | None = None  # set when the fetch failed
     content_type: str | None = None  # the server's Content-Type, which may name the charset
+    retry_after: float | None = None  # seconds the server asked to wait (Retry-After), on a 429 or 503
 
 
 def _ip_literal(host: str) -> bool:
@@ -89,7 +99,8 @@ def _ip_literal(host: str) -> bool:
         return False
 
 
-async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig) -> Fetched:
+async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
+                      html_only: bool) -> Fetched:
     visited = {url}
     current = url
     for _ in range(cfg.max_redirects + 1):
@@ -115,9 +126,10 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
                     visited.add(current)
                     continue
                 if resp.status != 200:
-                    return Fetched(current, resp.status, reason=f"status={resp.status}")
+                    return Fetched(current, resp.status, reason=f"status={resp.status}",
+                                   retry_after=retry_after(resp.headers.get("Retry-After")))
                 mime = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-                if mime not in HTML_TYPES:
+                if html_only and mime not in HTML_TYPES:
                     return Fetched(current, resp.status, reason=f"content_type={mime or 'missing'}")
                 if (resp.content_length or 0) > cfg.max_bytes:
                     return Fetched(current, resp.status, reason="too_large")
@@ -137,13 +149,77 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
     return Fetched(current, reason="too_many_redirects")
 
 
-async def fetch(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig) -> Fetched:
+async def fetch(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
+                html_only: bool = True) -> Fetched:
     """Fetch one URL within `cfg.timeout_s` of wall-clock time, whatever the server does."""
     try:
         async with asyncio.timeout(cfg.timeout_s):
-            return await _fetch_hops(session, resolver, url, cfg)
+            return await _fetch_hops(session, resolver, url, cfg, html_only)
     except TimeoutError:
         return Fetched(url, reason="timeout")
+
+
+# Failures a later try may not meet: the fetch is tried again (ScrapeConfig.retries).
+TRANSIENT = ("timeout", "connection_error", "broken_response", "status=429", "status=502", "status=503", "status=504")
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds a Retry-After header asks for (a number, or an HTTP date), or None."""
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+class Hosts:
+    """What the fetches of one shard share per host: a limit on how many run at once, and robots.txt."""
+
+    def __init__(self, session: aiohttp.ClientSession, resolver: GuardedResolver, cfg: ScrapeConfig):
+        self.session, self.resolver, self.cfg = session, resolver, cfg
+        self.slots: dict[str, asyncio.Semaphore] = {}
+        self.robots: dict[str, asyncio.Task] = {}
+
+    def slot(self, url: str) -> asyncio.Semaphore:
+        return self.slots.setdefault(urlsplit(url).hostname or "", asyncio.Semaphore(self.cfg.per_host_concurrency))
+
+    async def allowed(self, url: str) -> bool:
+        """Whether the host's robots.txt (fetched once per shard) lets user_agent fetch `url`."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self.robots:
+            self.robots[origin] = asyncio.ensure_future(self._rules(origin))
+        rules = await self.robots[origin]
+        return rules is None or rules.can_fetch(self.cfg.user_agent, url)
+
+    async def _rules(self, origin: str) -> RobotFileParser | None:
+        async with self.slot(origin):
+            got = await fetch(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
+        if got.reason is not None or got.body is None:
+            return None
+        rules = RobotFileParser()
+        rules.parse(got.body.decode("utf-8", "replace").splitlines())
+        return rules
+
+    async def fetch_retrying(self, url: str) -> tuple[Fetched, int]:
+        """`url` fetched (no more than per_host_concurrency of its host at once), tried again after a
+        TRANSIENT failure up to `retries` times: after retry_wait_s doubled each time plus up to half again at
+        random (seeded by the URL, so the same on every run), or what Retry-After asks, at most timeout_s.
+        Returns the last try and how many tries it took."""
+        rng = random.Random(url)
+        for attempt in range(self.cfg.retries + 1):
+            async with self.slot(url):
+                got = await fetch(self.session, self.resolver, url, self.cfg)
+            if got.reason not in TRANSIENT or attempt == self.cfg.retries:
+                return got, attempt + 1
+            wait = got.retry_after
+            if wait is None:
+                wait = self.cfg.retry_wait_s * 2**attempt * (1 + rng.random() / 2)
+            await asyncio.sleep(min(wait, self.cfg.timeout_s))
+        raise AssertionError("unreachable")
 
 
 def looks_binary(body: bytes) -> bool:
@@ -193,10 +269,16 @@ async def _scrape_pending(
         trust_env=False,
     ) as session:
 
+        hosts = Hosts(session, resolver, cfg)
+
         async def worker() -> None:
             for url_row in queue:
                 started = time.perf_counter()
-                got = await fetch(session, resolver, url_row["url"], cfg)
+                tries = 0
+                if cfg.robots_txt and not await hosts.allowed(url_row["url"]):
+                    got = Fetched(url_row["url"], reason="robots_disallowed")
+                else:
+                    got, tries = await hosts.fetch_retrying(url_row["url"])
                 row = {
                     "id": url_row["id"],
                     "url": url_row["url"],
@@ -219,7 +301,7 @@ async def _scrape_pending(
                 row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
                 raw = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
                 journal.write(json.dumps({"row": row, "reason": reason, "html": raw, "charset": charset,
-                                          "content_type": got.content_type}, ensure_ascii=False) + "\n")
+                                          "content_type": got.content_type, "tries": tries}, ensure_ascii=False) + "\n")
                 journal.flush()
                 progress.update(1)
 
@@ -278,8 +360,10 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
     try:
         with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
             charsets: Counter[str] = Counter()
+            retried = 0
             for url_row in urls:
                 entry = done[url_row["id"]]
+                retried += max(entry.get("tries", 1) - 1, 0)
                 if entry["reason"]:
                     stage.reject(entry["row"], entry["reason"])
                 else:
@@ -291,7 +375,8 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
                                        "html": entry["html"].encode("latin-1"), "content_type": entry.get("content_type")})
             if html_writer:
                 html_writer.close()  # before the manifest: a finished shard has its HTML
-            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending), charsets=dict(sorted(charsets.items())))
+            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending), charsets=dict(sorted(charsets.items())),
+                                    retries=retried)
     except BaseException:
         if html_writer:
             html_writer.abort()
