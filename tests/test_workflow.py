@@ -234,7 +234,7 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     ok, summary, record, folder = run_workflow(config)
     assert not ok and "ScrapeShard" in summary and not MergeDataset(str(config)).complete()
     # The failed run is recorded too: what failed, the stages it got through, a row in the results.
-    assert record["status"] == "failed" and "ScrapeShard(shard=1): IsADirectoryError" in record["failed"][0]
+    assert record["status"] == "failed" and "ScrapeShard(RS_1): IsADirectoryError" in record["failed"][0]
     assert [s["stage"] for s in record["funnel"]] == ["blacklist"] and "corpus" not in record
     assert "IsADirectoryError" in (folder / "report.html").read_text()
     assert (tmp_path / "broken" / "work" / "results.tsv").read_text().splitlines()[-1].split("\t")[1] == "failed"
@@ -243,7 +243,7 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     assert "ScrapeShard" in failure.name and "IsADirectoryError" in failure.read_text()
     status = run_cli("status", str(config))
     assert status.returncode == 0
-    assert re.search(r"^failed +ScrapeShard\(shard=1\) +IsADirectoryError", status.stdout, re.M), status.stdout
+    assert re.search(r"^failed +ScrapeShard\(RS_1\) +IsADirectoryError", status.stdout, re.M), status.stdout
     assert re.search(r"^pending +MergeDataset\(\)", status.stdout, re.M) and "1 failed" in status.stdout
     shutil.rmtree(blocked)
 

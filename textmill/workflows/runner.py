@@ -225,16 +225,17 @@ def graph(config: Path) -> list[luigi.Task]:
 
 
 def task_states(config: Path) -> list[dict]:
-    """Every task of the run's graph, requirements first: its name, state (done, failed or pending) and,
-    for a failed one, the last failure recorded."""
+    """Every task of the run's graph, requirements first: its name (a shard task by its shard's name, as
+    `ScrapeShard(RS_2019-01)`), state (done, failed or pending) and, for a failed one, the last failure
+    recorded."""
     states = []
     for task in graph(config):
         state, reason = ("done" if task.complete() else "pending"), None
         record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
         if record:
             state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
-        params = ", ".join(f"{k}={v}" for k, v in task.param_kwargs.items() if k != "config")
-        states.append({"task": f"{task.task_family}({params})", "state": state, "reason": reason})
+        states.append({"task": task.shown() if isinstance(task, RunTask) else f"{task.task_family}()", "state": state,
+                       "reason": reason})
     return states
 
 
