@@ -158,7 +158,7 @@ DELIBERATE = {
     "https://example.com/clip.mp4#t=30": "the extension is the path's: a fragment does not hide it",
     "http://example.zip": "a host is not a file: only the path's extension counts",
     "http://WWW.YOUTUBE.COM/watch?v=2": "domain labels match whatever their case",
-    "http://999.1.1.1/page": "an address with a part over 255 is no address",
+    "http://127.0.0.999/page": "an address with a part over 255 is no address",
     "http://example.123/page": "a top-level domain is letters (or punycode)",
     "http://example.com:99999/page": "a port is at most 65535",
     "http://b\u00fccher.example.de/buch": "an internationalised host name is a host name",
@@ -176,7 +176,7 @@ def varied_urls() -> list[str]:
     urls += ["https://example.com/view?file=report.pdf", "https://example.com/dir.zip/", "http://a.co",
              "http://ab.co/", "ftp://example.com/file", "example.com/no-scheme", "http://exa mple.com/",
              "http://user@example.com/", "http://my_site.example.com/", "http://example.com./dot",
-             "http://1.2.3.4/page", "https://example.photography/gallery", "HTTPS://EXAMPLE.COM/Upper",
+             "http://127.0.0.2/page", "https://example.photography/gallery", "HTTPS://EXAMPLE.COM/Upper",
              "https://goo.ne.jp/news", "https://bit.org/about", "https://www.linkedin.com/in/x",
              "https://news0.example.org/story/0", "https://news1.example.org/story/1#comments",
              "https://NEWS2.example.org:443/story/2", *DELIBERATE]
