@@ -51,7 +51,7 @@ def detected(body: bytes) -> str:
     from charset_normalizer import from_bytes
 
     best = from_bytes(body).best()
-    return codec_of(best.encoding) if best is not None and codec_of(best.encoding) else "cp1252"
+    return (codec_of(best.encoding) if best is not None else None) or "cp1252"
 
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:

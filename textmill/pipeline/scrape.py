@@ -184,7 +184,10 @@ class Hosts:
         self.robots: dict[str, asyncio.Task] = {}
 
     def slot(self, url: str) -> asyncio.Semaphore:
-        return self.slots.setdefault(urlsplit(url).hostname or "", asyncio.Semaphore(self.cfg.per_host_concurrency))
+        host = urlsplit(url).hostname or ""
+        if host not in self.slots:
+            self.slots[host] = asyncio.Semaphore(self.cfg.per_host_concurrency)
+        return self.slots[host]
 
     async def allowed(self, url: str) -> bool:
         """Whether the host's robots.txt (fetched once per shard) lets user_agent fetch `url`."""

@@ -54,7 +54,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)
-        return stage_result(config)
+        return stage_result(targets)
 
 
 def graph(targets: list[luigi.Task]) -> list[RunTask]:
@@ -124,8 +124,8 @@ def stage_targets(config: str) -> list[luigi.Task]:
     return [kind(config, i) for i in shards]
 
 
-def stage_result(config: str) -> StageResult:
-    targets = stage_targets(config)
+def stage_result(targets: list[luigi.Task]) -> StageResult:
+    """The output shards' manifests and the stage's record, from its finished targets (stage_targets)."""
     if isinstance(targets[0], (Shuffle, Decontaminate)):
         shards, record = targets[0].shards(), read_json(targets[0].done_file())
     else:
