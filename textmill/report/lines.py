@@ -42,7 +42,7 @@ def dedup_line(clusters: dict) -> str:
 
 def decontaminate_line(info: dict, key_threshold: int) -> str:
     return (f"  {info['eval_ngrams']} evaluation n-grams, {info['seen_in_training']} seen in training, {info['used']} used "
-            f"(seen < {key_threshold} times); {info['documents_touched']} document(s) touched, "
+            f"(all but those found in {key_threshold} or more documents); {info['documents_touched']} document(s) touched, "
             f"{info['characters_removed']} characters removed")
 
 
