@@ -1,5 +1,6 @@
 """Text generation: the key/value cache, sampling, the Megatron-compatible server and the client."""
 
+import itertools
 import json
 import re
 import subprocess
@@ -132,6 +133,75 @@ def test_stops_at_stop_strings_newlines_and_the_end_of_document(gpt2):
     assert newline_at in ([], [len(nl.generated) - 1])
 
 
+# -- beam search -----------------------------------------------------------------------------------------
+def sequence_logprob(model, prompt: list[int], continuation: list[int]) -> float:
+    """log p(continuation | prompt) from one forward pass over the whole sequence (no cache)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + continuation]))[0, len(prompt) - 1 : -1].float()
+    return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(continuation)[:, None]).sum())
+
+
+def exhaustive_search(model, prompt: list[int], vocab: int, steps: int, stop: int, length_penalty: float):
+    """Every sequence a search of `steps` tokens can end with: those ending at the stop token, and those of
+    `steps` tokens without it; best first, by the beam score."""
+    ended = []
+    for length in range(1, steps + 1):
+        for continuation in itertools.product([t for t in range(vocab) if t != stop], repeat=length - 1):
+            ended.append(list(continuation) + [stop])
+    ended += [list(c) for c in itertools.product([t for t in range(vocab) if t != stop], repeat=steps)]
+    scored = [(sequence_logprob(model, prompt, c) / len(c) ** length_penalty, c) for c in ended]
+    return sorted(scored, key=lambda pair: -pair[0])
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """Five tokens, random weights large enough to make the distributions far from uniform."""
+    from textmill.trainer.config import GPTConfig
+    from textmill.trainer.model import GPT
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=5, num_layers=2, hidden_size=16, num_attention_heads=2,
+                         max_position_embeddings=16, init_std=0.5)).eval()
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+def test_beam_search_as_wide_as_the_tree_equals_exhaustive_search(tiny_model, length_penalty):
+    from textmill.inference.beam import beam_search
+
+    prompt, steps, stop = [1, 3], 4, 0
+    expected = exhaustive_search(tiny_model, prompt, 5, steps, stop, length_penalty)  # 4^0+..+4^3 + 4^4 = 341
+    for use_cache in (True, False):
+        params = SamplingParams(tokens_to_generate=steps, beam_width=len(expected), length_penalty=length_penalty,
+                                use_cache=use_cache)
+        found = beam_search(tiny_model, prompt, params, 5, stop)
+        assert [h.generated for h in found] == [c for _, c in expected]
+        assert max(abs(h.score - score) for h, (score, _) in zip(found, expected)) < 1e-4
+        assert all(h.tokens[:2] == prompt and h.finish_reason == ("stop" if h.tokens[-1] == stop else "length") for h in found)
+
+
+def test_narrow_beams_score_what_they_return_and_width_one_is_greedy(tiny_model, gpt2):
+    """A narrow beam reorders its cache every step: each returned score is what one forward pass over the
+    whole sequence gives; with a single beam the search is greedy decoding up to the stop token."""
+    from textmill.inference.beam import beam_search
+
+    prompt, stop = [2, 4, 1], 0
+    for width, penalty in ((2, 1.0), (3, 0.5), (4, 0.0)):
+        params = SamplingParams(tokens_to_generate=9, beam_width=width, length_penalty=penalty)
+        found = beam_search(tiny_model, prompt, params, 5, stop)
+        assert len(found) == width and [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+        for h in found:
+            assert abs(h.score - sequence_logprob(tiny_model, prompt, h.generated) / len(h.generated) ** penalty) < 1e-4
+        assert [h.tokens for h in found] == [h.tokens for h in beam_search(tiny_model, prompt, SamplingParams(
+            tokens_to_generate=9, beam_width=width, length_penalty=penalty, use_cache=False), 5, stop)]
+    vocab, eod = gpt2.tokenizer.vocab_size, gpt2.tokenizer.eod
+    for prompt in PROMPTS:
+        ids = gpt2.tokenizer.encode(prompt)
+        [greedy] = gpt2([prompt], tokens_to_generate=30, top_k=1)
+        [best] = beam_search(gpt2.model, ids, SamplingParams(tokens_to_generate=30, beam_width=1), vocab, eod)
+        assert best.tokens == greedy.tokens
+        assert abs(best.score - sequence_logprob(gpt2.model, ids, best.generated) / len(best.generated)) < 1e-4
+
+
 # -- the server ------------------------------------------------------------------------------------------
 class Server:
     def __init__(self, ckpt, *flags):
@@ -187,6 +257,26 @@ def test_api_answers_megatrons_request_with_megatrons_shape(server, gpt2):
     assert body["text"] == ["<|endoftext|>", "<|endoftext|>The old sailor"]
 
 
+def test_api_beam_search_answers_as_megatrons_server_did(server, gpt2):
+    from textmill.inference.beam import beam_search
+
+    status, body = server.request("PUT", "/api", {"prompts": ["The old sailor"], "tokens_to_generate": 12, "beam_width": 3,
+                                                  "length_penalty": 0.7})
+    assert status == 200 and set(body) == {"text", "segments", "scores"} and len(body["text"]) == 3
+    ids = gpt2.tokenizer.encode("The old sailor")
+    local = beam_search(gpt2.model, ids, SamplingParams(tokens_to_generate=12, beam_width=3, length_penalty=0.7),
+                        gpt2.tokenizer.vocab_size, gpt2.tokenizer.eod)
+    assert body["text"] == [gpt2.tokenizer.decode(h.tokens) for h in local]
+    assert body["segments"] == [[gpt2.text.segment(t) for t in h.tokens] for h in local]
+    assert body["scores"] == sorted(body["scores"], reverse=True)
+    assert max(abs(a - h.score) for a, h in zip(body["scores"], local)) < 1e-4
+    # A stop token of the caller's choice ends a sequence there.
+    space = gpt2.tokenizer.encode(" the")[0]
+    status, body = server.request("PUT", "/api", {"prompts": ["The old sailor"], "tokens_to_generate": 12, "beam_width": 2,
+                                                  "stop_token": space})
+    assert status == 200 and all(s[-1] == " the" or len(s) == len(ids) + 12 for s in body["segments"])
+
+
 BAD_REQUESTS = [
     ({}, "prompts argument required"),
     ({"sentences": ["a"]}, "sentences is no longer used.  Replace with prompts"),
@@ -208,7 +298,14 @@ BAD_REQUESTS = [
     ({"prompts": [""]}, "Empty prompts require add_BOS=true"),
     ({"prompts": ["a"], "add_BOS": 1}, "add_BOS must be a boolean value"),
     ({"prompts": ["a"], "random_seed": "x"}, "random_seed must be integer"),
-    ({"prompts": ["a"], "beam_width": 2}, "Beam search is no longer supported."),
+    ({"prompts": ["a"], "beam_width": "2"}, "beam_width must be integer"),
+    ({"prompts": ["a"], "beam_width": 0}, "beam_width must be an integer > 1"),
+    ({"prompts": ["a", "b"], "beam_width": 2}, "When doing beam_search, batch size must be 1"),
+    ({"prompts": ["a"], "beam_width": 2, "top_k": 1, "logprobs": True}, "beam search takes no logprobs, top_k"),
+    ({"prompts": ["a"], "beam_width": 2, "stop_token": 10**6}, "stop_token 1000000 is not a token"),
+    ({"prompts": ["a"], "beam_width": 2, "stop_token": "x"}, "stop_token must be an integer"),
+    ({"prompts": ["a"], "beam_width": 2, "length_penalty": "1"}, "length_penalty must be a float"),
+    ({"prompts": ["a"], "beam_width": 2, "length_penalty": 1e300}, "length_penalty must be between -10 and 10"),
     ({"prompts": ["a"], "tokens_to_generat": 5}, "unknown field(s): tokens_to_generat"),
     ({"prompts": ["word " * 150]}, "longer than the limit of 100"),
     ({"prompts": ["word " * 25], "tokens_to_generate": 200}, "needs more than the model's 256 positions"),
@@ -292,6 +389,16 @@ def test_client_against_the_server_and_locally(server, gpt2_ckpt, gpt2):
     assert remote.stdout.splitlines()[0] == local.stdout.splitlines()[0] == gpt2.tokenizer.decode(g.tokens).splitlines()[0]
     bad = run_cli("generate", "--url", server.url, "--prompt", "a", "--temperature", "0")
     assert bad.returncode == 2 and "HTTP 400: temperature must be a positive number" in bad.stderr
+    # Beam search: the best sequences of each prompt, best first, the same through the server and locally.
+    beams = [run_cli("generate", *source, "--prompt", "The old sailor", "--prompt", "A", "--tokens-to-generate", "6",
+                     "--beam-width", "2") for source in (("--url", server.url), ("--load", str(gpt2_ckpt)))]
+    assert beams[0].returncode == beams[1].returncode == 0, beams[0].stderr + beams[1].stderr
+    assert beams[0].stdout.splitlines()[:-1] == beams[1].stdout.splitlines()[:-1]
+    assert beams[0].stdout.count("  score: ") == 4 and "generate: 2 prompt(s) answered" in beams[0].stdout
+    bad = run_cli("generate", "--load", str(gpt2_ckpt), "--prompt", "a", "--beam-width", "2", "--top-k", "5")
+    assert bad.returncode == 2 and "--beam-width takes no --top-k" in bad.stderr
+    bad = run_cli("generate", "--load", str(gpt2_ckpt), "--prompt", "a", "--length-penalty", "2")
+    assert bad.returncode == 2 and "add --beam-width" in bad.stderr
 
 
 def test_server_stops_cleanly_and_refuses_a_bad_checkpoint(gpt2_ckpt, tmp_path):

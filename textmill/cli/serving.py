@@ -40,6 +40,18 @@ def cmd_generate(args) -> str:
     settings = {"tokens_to_generate": args.tokens_to_generate, "temperature": args.temperature,
                 "top_k": 1 if args.greedy else args.top_k, "top_p": args.top_p, "logprobs": args.logprobs,
                 "stop_on_eol": args.stop_on_eol}
+    if not args.beam_width and (args.stop_token is not None or args.length_penalty != 1.0):
+        raise TextmillError("--stop-token and --length-penalty are settings of beam search: add --beam-width")
+    if args.beam_width:
+        sampling = [flag for flag, given in (("--temperature", args.temperature != 1.0), ("--top-k", args.top_k),
+                    ("--top-p", args.top_p), ("--greedy", args.greedy), ("--seed", args.seed is not None),
+                    ("--logprobs", args.logprobs), ("--stop-on-eol", args.stop_on_eol), ("--stop", args.stop)) if given]
+        if sampling:
+            raise TextmillError(f"--beam-width takes no {', '.join(sampling)}: beam search is deterministic and ends a sequence at --stop-token")
+        settings = {"tokens_to_generate": args.tokens_to_generate, "beam_width": args.beam_width,
+                    "length_penalty": args.length_penalty}
+        if args.stop_token is not None:
+            settings["stop_token"] = args.stop_token
     if args.seed is not None:
         settings["random_seed"] = args.seed
     if args.stop:
@@ -80,6 +92,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--stop", action="append", help="stop when the generated text contains this string (repeatable; --load only)")
     p.add_argument("--stop-on-eol", action="store_true", help="stop after the first newline")
     p.add_argument("--logprobs", action="store_true", help="also print each token's log-probability")
+    p.add_argument("--beam-width", type=int, default=0,
+                   help="beam search with this many beams instead of sampling: prints the best sequences of each "
+                        "prompt, best first, with their scores (0: sample)")
+    p.add_argument("--length-penalty", type=float, default=1.0,
+                   help="beam search: a sequence scores its log-probability / generated tokens ** this "
+                        "(0: no normalisation, favours short sequences; larger favours long ones)")
+    p.add_argument("--stop-token", type=int,
+                   help="beam search: the token id that ends a sequence (default: the end-of-document token)")
     p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false",
                    help="recompute the whole prefix for every token (--load only; for comparison)")
     add_tokenizer_files(p, saved_tokenizer)

@@ -37,14 +37,20 @@ def put_api(url: str, request: dict, timeout: float = 600.0) -> dict:
     return body
 
 
+def answers(body: dict) -> list[dict]:
+    """A Megatron API response as one dict per text: a generation per prompt, or a beam search hypothesis."""
+    count = len(body["text"])
+    logprobs, scores = body.get("logprobs") or [None] * count, body.get("scores") or [None] * count
+    return [{"text": t, "segments": s, "logprobs": lp, "score": sc}
+            for t, s, lp, sc in zip(body["text"], body["segments"], logprobs, scores)]
+
+
 class RemoteModel:
     def __init__(self, url: str):
         self.url = url
 
     def __call__(self, prompts: list[str], settings: dict) -> list[dict]:
-        body = put_api(self.url, {"prompts": prompts, **settings})
-        logprobs = body.get("logprobs") or [None] * len(prompts)
-        return [{"text": t, "segments": s, "logprobs": lp} for t, s, lp in zip(body["text"], body["segments"], logprobs)]
+        return answers(put_api(self.url, {"prompts": prompts, **settings}))
 
 
 class LocalModel:
@@ -66,16 +72,19 @@ class LocalModel:
             generations = g(g.tokenize(prompts, add_bos, params), params)
         except BadRequest as exc:
             raise TextmillError(str(exc)) from None
-        response, out = g.api_response(generations, False), []
-        for gen, text, segments in zip(generations, response["text"], response["segments"]):
+        if params.beam_width:
+            return answers(g.beam_response(generations[0]))
+        out = answers(g.api_response(generations, params.logprobs))
+        for gen, answer in zip(generations, out):
             if gen.stop_at is not None:  # cut before the stop string
-                text = g.tokenizer.decode(gen.tokens[: gen.prompt_length]) + g.tokenizer.decode(gen.generated)[: gen.stop_at]
-            out.append({"text": text, "segments": segments, "logprobs": gen.logprobs})
+                answer["text"] = g.tokenizer.decode(gen.tokens[: gen.prompt_length]) + g.tokenizer.decode(gen.generated)[: gen.stop_at]
         return out
 
 
 def show(result: dict, logprobs: bool) -> str:
     lines = [result["text"]]
+    if result["score"] is not None:
+        lines.append(f"  score: {result['score']:.4f}")
     if logprobs and result["logprobs"] is not None:
         pairs = zip(result["segments"][1:], result["logprobs"])
         lines.append("  logprobs: " + " ".join(f"{s!r}:{lp:.2f}" for s, lp in pairs))
@@ -86,9 +95,13 @@ def run_client(model, prompts: list[str] | None, settings: dict, logprobs: bool,
     """Answer `prompts`, or ask for prompts in a loop; the closing summary line."""
     started, answered, tokens = time.perf_counter(), 0, 0
     if prompts:
-        for result in model(prompts, dict(settings)):
-            print(show(result, logprobs), flush=True)
-            answered, tokens = answered + 1, tokens + len(result["segments"])
+        # Beam search answers one prompt per request, with its best sequences.
+        requests = [[p] for p in prompts] if settings.get("beam_width") else [prompts]
+        for request in requests:
+            for result in model(request, dict(settings)):
+                print(show(result, logprobs), flush=True)
+                tokens += len(result["segments"])
+            answered += len(request)
     else:
         while True:
             try:
@@ -102,11 +115,13 @@ def run_client(model, prompts: list[str] | None, settings: dict, logprobs: bool,
                 print("the number of tokens must be a whole number", flush=True)
                 continue
             try:
-                [result] = model([prompt], {**settings, "tokens_to_generate": int(count)})
+                results = model([prompt], {**settings, "tokens_to_generate": int(count)})
             except TextmillError as exc:
                 print(f"error: {exc}", flush=True)
                 continue
-            print(f"Response: {show(result, logprobs)}", flush=True)
-            answered, tokens = answered + 1, tokens + len(result["segments"])
+            for result in results:
+                print(f"Response: {show(result, logprobs)}", flush=True)
+                tokens += len(result["segments"])
+            answered += 1
     seconds = time.perf_counter() - started
     return f"generate: {answered} prompt(s) answered, {tokens} tokens of text [{seconds:.1f}s]"

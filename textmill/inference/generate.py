@@ -36,6 +36,9 @@ class SamplingParams:
     prevent_newline_after_colon: bool = False
     logprobs: bool = False  # log-probability of every token after the first
     use_cache: bool = True
+    beam_width: int = 0  # > 0: beam search (inference/beam.py) instead of sampling
+    stop_token: int | None = None  # the token that ends a beam (None: the end-of-document token)
+    length_penalty: float = 1.0  # a beam's score is its log-probability / generated length ** length_penalty
 
     @property
     def greedy(self) -> bool:
@@ -49,6 +52,7 @@ class Generation:
     finish_reason: str  # "length", "eod" (the end-of-document token), "stop" (a stop string or newline)
     logprobs: list[float] | None = None  # log p(tokens[i] | tokens[:i]) for i >= 1
     stop_at: int | None = field(default=None, repr=False)  # character offset of a stop string in the generated text
+    score: float | None = None  # beam search: the hypothesis' length-normalised log-probability
 
     @property
     def generated(self) -> list[int]:
@@ -64,6 +68,13 @@ class TokenText:
         self.pieces = [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]
         self.newline = torch.tensor([b"\n" in p for p in self.pieces])
         self.double_newline = [b"\n\n" in p for p in self.pieces]
+        self.colon_end = torch.tensor([p.endswith(b":") for p in self.pieces])
+
+    def ban_newline_after_colon(self, logits: torch.Tensor, previous: torch.Tensor) -> None:
+        """Megatron's prevent_newline_after_colon: in rows whose previous token ends with a colon, no token
+        holding a newline can come next. `logits` [rows, vocab] is changed in place."""
+        after_colon = self.colon_end[previous.cpu()]
+        logits[after_colon[:, None] & self.newline[None, : logits.shape[-1]]] = float("-inf")
 
     def segment(self, token: int) -> str:
         """The token on its own, decoded with replacement characters (Megatron's `segments`)."""
@@ -136,8 +147,7 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
     while busy(pos):
         last = logits[:, -1] / params.temperature
         if params.prevent_newline_after_colon:
-            after_colon = torch.tensor([text.pieces[t].endswith(b":") for t in tokens[:, pos - 1].tolist()])
-            last[after_colon[:, None] & text.newline[None, :vocab]] = float("-inf")
+            text.ban_newline_after_colon(last, tokens[:, pos - 1])
         if params.greedy:
             chosen = last.argmax(dim=-1)
         else:

@@ -14,6 +14,7 @@ MAX_SEED = 2**64 - 1  # the largest seed torch.Generator takes
 # settings mean greedy decoding, which top_k=1 (or an OpenAI temperature of 0) asks for exactly.
 MIN_TEMPERATURE = 1e-3
 MIN_TOP_P = 1e-6
+MAX_LENGTH_PENALTY = 10
 
 
 class BadRequest(ValueError):
@@ -62,7 +63,10 @@ def check_bool(data: dict, name: str, default: bool = False) -> bool:
 
 API_FIELDS = {"prompts", "tokens_to_generate", "logprobs", "temperature", "top_k", "top_p", "top_p_decay",
               "top_p_bound", "add_BOS", "stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon",
-              "random_seed", "no_log", "stop_token", "length_penalty"}
+              "random_seed", "no_log", "beam_width", "stop_token", "length_penalty"}
+# What beam search leaves out: it is deterministic, scores whole sequences and ends them at stop_token.
+NOT_WITH_BEAM_SEARCH = {"logprobs": False, "temperature": 1.0, "top_k": 0, "top_p": 0.0, "top_p_decay": 0.0,
+                        "top_p_bound": 0.0, "random_seed": -1, "stop_on_eol": False, "stop_on_double_eol": False}
 
 
 def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingParams]:
@@ -74,8 +78,6 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
         raise BadRequest("max_len is no longer used.  Replace with tokens_to_generate")
     if "sentences" in data:
         raise BadRequest("sentences is no longer used.  Replace with prompts")
-    if "beam_width" in data:
-        raise BadRequest("Beam search is no longer supported.")
     if "prompts" not in data:
         raise BadRequest("prompts argument required")
     unknown = sorted(set(data) - API_FIELDS)
@@ -118,18 +120,36 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
         raise BadRequest("Empty prompts require add_BOS=true")
     flags = {name: check_bool(data, name) for name in ("stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon", "no_log")}
     seed = check_seed(data.get("random_seed", -1), "random_seed", -1, "random_seed must be integer")
-    # Beam-search settings: checked as Megatron checks them, and without effect (beam search is gone).
-    if not is_int(data.get("stop_token", 0)):
+    # Beam search, checked as Megatron checks it. Without beam_width, stop_token and length_penalty are
+    # checked and have no effect, as in Megatron.
+    beam_width = data.get("beam_width", 0)
+    if "beam_width" in data:
+        if not is_int(beam_width):
+            raise BadRequest("beam_width must be integer")
+        if beam_width < 1:
+            raise BadRequest("beam_width must be an integer > 1")
+        if len(prompts) > 1:
+            raise BadRequest("When doing beam_search, batch size must be 1")
+        given = [name for name, default in NOT_WITH_BEAM_SEARCH.items() if data.get(name, default) != default]
+        if given:
+            raise BadRequest(f"beam search takes no {', '.join(given)} (it is deterministic, returns a score per "
+                             "sequence and ends a sequence at stop_token)")
+    stop_token = data.get("stop_token")
+    if "stop_token" in data and (not is_int(stop_token) or stop_token < 0):
         raise BadRequest("stop_token must be an integer")
-    if not is_number(data.get("length_penalty", 1.0)):
+    length_penalty = data.get("length_penalty", 1.0)
+    if not is_number(length_penalty):
         raise BadRequest("length_penalty must be a float")
+    if abs(length_penalty) > MAX_LENGTH_PENALTY:  # beyond it, length ** penalty leaves float range
+        raise BadRequest(f"length_penalty must be between -{MAX_LENGTH_PENALTY} and {MAX_LENGTH_PENALTY}")
     from textmill.inference.generate import SamplingParams
 
     params = SamplingParams(
         tokens_to_generate=n, temperature=temperature, top_k=top_k, top_p=top_p,
         top_p_decay=float(top_p_decay), top_p_bound=float(top_p_bound), seed=None if seed == -1 else seed,
         stop_on_eol=flags["stop_on_eol"], stop_on_double_eol=flags["stop_on_double_eol"],
-        prevent_newline_after_colon=flags["prevent_newline_after_colon"], logprobs=logprobs)
+        prevent_newline_after_colon=flags["prevent_newline_after_colon"], logprobs=logprobs,
+        beam_width=beam_width, stop_token=stop_token, length_penalty=float(length_penalty))
     return prompts, add_bos, params
 
 

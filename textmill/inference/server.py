@@ -1,14 +1,18 @@
 """`textmill serve`: a text generation server with Megatron-LM's REST API, and an OpenAI-style one.
 
     PUT  /api             Megatron's request ({"prompts": [...], "tokens_to_generate": 64, ...}) and response
-                          ({"text": [...], "segments": [[...]], "logprobs": [[...]] | null}), field for field
+                          ({"text": [...], "segments": [[...]], "logprobs": [[...]] | null}), field for field;
+                          with "beam_width": W (one prompt), beam search as Megatron's server at the README's
+                          commit does it: the W best sequences, best first, and {"scores": [...]} beside them
     POST /v1/completions  OpenAI's completions request and response (prompt, max_tokens, temperature, top_p,
                           stop, logprobs, seed, echo); one choice per prompt
     GET  /health          {"status": "ok", ...} with the checkpoint and the request counts
 
 One deliberate difference from Megatron: every invalid request is answered with HTTP 400 and
 {"message": "..."} (Megatron answers some with HTTP 200 and a bare string). The messages are Megatron's
-where Megatron has one. One worker thread generates; requests that wait while it works are batched together
+where Megatron has one. A beam search hypothesis ends at its stop token (Megatron pads every hypothesis to
+the full length with end-of-document tokens), and beam search refuses the sampling settings it would
+ignore. One worker thread generates; requests that wait while it works are batched together
 when their settings are the same (greedy ones, or sampled ones without a seed: a seeded request runs
 alone, so its answer never depends on what else arrived). The server binds 127.0.0.1 unless told
 otherwise, and one failing request never takes the server down.
@@ -71,11 +75,18 @@ class TextGenerator:
         if longest + params.tokens_to_generate > self.positions:
             raise BadRequest(f"a prompt of {longest} tokens plus tokens_to_generate={params.tokens_to_generate} "
                              f"needs more than the model's {self.positions} positions")
+        if params.stop_token is not None and params.stop_token >= self.tokenizer.vocab_size:
+            raise BadRequest(f"stop_token {params.stop_token} is not a token: the vocabulary has {self.tokenizer.vocab_size}")
         return ids
 
-    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation] | list[list[Generation]]:
+        """A generation per prompt; with beam search, the hypotheses of each prompt, best first."""
+        from textmill.inference.beam import beam_search
         from textmill.inference.generate import generate
 
+        if params.beam_width:
+            stop = self.tokenizer.eod if params.stop_token is None else params.stop_token
+            return [beam_search(self.model, p, params, self.tokenizer.vocab_size, stop, self.text, self.dtype) for p in prompts]
         return generate(self.model, self.text, prompts, params, self.tokenizer.eod, self.dtype)
 
     def api_response(self, generations: list[Generation], logprobs: bool) -> dict:
@@ -85,6 +96,11 @@ class TextGenerator:
             "segments": [[self.text.segment(t) for t in g.tokens] for g in generations],
             "logprobs": [g.logprobs for g in generations] if logprobs else None,
         }
+
+    def beam_response(self, hypotheses: list[Generation]) -> dict:
+        """Megatron's beam search response: each hypothesis as text and tokens, and its score."""
+        answer = self.api_response(hypotheses, False)
+        return {"text": answer["text"], "segments": answer["segments"], "scores": [h.score for h in hypotheses]}
 
     def completion_response(self, generations: list[Generation], echo: bool, logprobs: bool, number: int) -> dict:
         choices, prompt_tokens, completion_tokens = [], 0, 0
@@ -225,6 +241,8 @@ class Handler(BaseHTTPRequestHandler):
         def work():
             prompts, add_bos, params = parse_api_request(self.read_json(), generator.limits)
             generations = self.server.batcher(generator.tokenize(prompts, add_bos, params), params)
+            if params.beam_width:
+                return generator.beam_response(generations[0])
             return generator.api_response(generations, params.logprobs)
 
         self.answer(work)

@@ -110,6 +110,11 @@ class KVCache:
         values[:, :, self.length : end] = v
         return keys[:, :, :end], values[:, :, :end]
 
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the cached rows `rows` (indices into the batch, repeats allowed), in that order: beam search
+        continues some sequences twice and drops others."""
+        self.layers = {name: (k.index_select(0, rows), v.index_select(0, rows)) for name, (k, v) in self.layers.items()}
+
 
 class MLP(nn.Module):
     """fc2(act(fc1(x))); SwiGLU: fc2(silu(gate(x)) * fc1(x)). The gate is its own matrix rather than half
