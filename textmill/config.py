@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 
 from textmill.errors import TextmillError
 from textmill.io.store import configure, fetch_file_or_tree, url_of
-from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, ScrapeConfig,
+from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig, ScrapeConfig,
                                       ShuffleConfig)
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, setting, to_argv
 from textmill.tokenizers.config import TokenizeConfig
@@ -81,6 +81,7 @@ TABLES = {
     "scrape": Table(ScrapeConfig),
     "dedup": Table(DedupConfig),
     "clean": Table(CleanConfig),
+    "quality": Table(QualityConfig),
     "shuffle": Table(ShuffleConfig, {"seed": "the shuffle's seed is [run] seed"}),
     "decontaminate": Table(DecontaminateConfig),
     "tokenize": Table(TokenizeConfig, {"json_keys": "the workflow tokenizes the documents' text",
@@ -118,6 +119,7 @@ class RunConfig:
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     clean: CleanConfig = field(default_factory=CleanConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
@@ -135,7 +137,7 @@ class RunConfig:
 
 
 # The corpus stages a command can run alone, in graph order.
-CORPUS_STAGES = ("blacklist", "scrape", "extract", "dedup", "clean", "shuffle", "decontaminate")
+CORPUS_STAGES = ("blacklist", "scrape", "extract", "dedup", "clean", "quality", "shuffle", "decontaminate")
 
 
 def load_config(path: str | Path) -> RunConfig:

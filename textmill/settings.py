@@ -232,10 +232,12 @@ def to_table(obj, *, skip: tuple[str, ...] = ()) -> dict:
 
 def table_value(kind: Kind, value, where: str, base: Path):
     if kind.many:
-        noun = "paths" if kind.base is Path else "strings"
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        noun = {Path: "paths", str: "strings"}.get(kind.base, "numbers")
+        if not isinstance(value, list) or (kind.base in (Path, str) and not all(isinstance(v, str) for v in value)):
             raise TextmillError(f"{where} must be a list of {noun}")
-        return tuple(resolve(v, base) if kind.base is Path else v for v in value)
+        if kind.base is Path:
+            return tuple(resolve(v, base) for v in value)
+        return tuple(table_value(kind._replace(many=False), v, f"{where}: each item", base) for v in value)
     if kind.base is Path:
         if not isinstance(value, str):
             raise TextmillError(f"{where} must be a path (a string)")

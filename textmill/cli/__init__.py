@@ -2,7 +2,7 @@
 
     textmill blacklist URL_LISTS... --output DIR
     textmill scrape URL_SHARDS... --output DIR;  textmill extract SCRAPED_SHARDS... --output DIR
-    textmill dedup | clean | decontaminate DOC_SHARDS... --output DIR
+    textmill dedup | clean | quality | decontaminate DOC_SHARDS... --output DIR
     textmill shuffle DOC_SHARDS... --output DIR [--num-shards N]
     textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
     textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N

@@ -1,4 +1,4 @@
-"""`textmill blacklist | scrape | extract | dedup | clean | shuffle | decontaminate`: each corpus stage on its own,
+"""`textmill blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate`: each corpus stage on its own,
 over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
 with a one-line summary."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
 from textmill.errors import TextmillError
-from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, ScrapeConfig,
-                                      ShuffleConfig)
+from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig,
+                                      ScrapeConfig, ShuffleConfig)
 from textmill.settings import add_arguments, from_namespace
 
 
@@ -21,15 +21,15 @@ def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float
 
 
 def run_command(args, stage: str, settings: dict) -> tuple:
-    """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its record."""
+    """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its StageResult."""
     from textmill.settings import resolve
     from textmill.workflows.commands import run_stage
 
     if args.workers < 1:
         raise TextmillError(f"--workers must be at least 1, not {args.workers}")
     timer = Timer()
-    manifests, record = run_stage(stage, args.inputs, args.output, settings, args.workers)
-    return summary_line(stage, manifests, resolve(args.output, Path.cwd()), timer.seconds), record
+    result = run_stage(stage, args.inputs, args.output, settings, args.workers)
+    return summary_line(stage, result.manifests, resolve(args.output, Path.cwd()), timer.seconds), result
 
 
 def cmd_blacklist(args) -> str:
@@ -47,8 +47,8 @@ def cmd_extract(args) -> str:
 def cmd_dedup(args) -> str:
     from textmill.report.lines import dedup_line
 
-    line, clusters = run_command(args, "dedup", {"dedup": from_namespace(DedupConfig, args)})
-    return line + "\n" + dedup_line(clusters)
+    line, result = run_command(args, "dedup", {"dedup": from_namespace(DedupConfig, args)})
+    return line + "\n" + dedup_line(result.record)
 
 
 def cmd_clean(args) -> str:
@@ -58,6 +58,16 @@ def cmd_clean(args) -> str:
         raise TextmillError("--vocab-file and --merge-file go together")
     tokenizer = TokenizeConfig(vocab_file=args.vocab_file, merge_file=args.merge_file)
     return run_command(args, "clean", {"clean": from_namespace(CleanConfig, args), "tokenize": tokenizer})[0]
+
+
+def cmd_quality(args) -> str:
+    config = from_namespace(QualityConfig, args)
+    if config.preset == "none":
+        raise TextmillError("choose the rules to apply: --preset gopher, c4 or fineweb")
+    from textmill.report.lines import quality_line
+
+    line, result = run_command(args, "quality", {"quality": config})
+    return line if "c4" not in config.rules else line + "\n" + quality_line(result.manifests)
 
 
 def cmd_shuffle(args) -> str:
@@ -70,8 +80,8 @@ def cmd_decontaminate(args) -> str:
     config = from_namespace(DecontaminateConfig, args)
     if not config.eval_files:
         raise TextmillError("give the evaluation sets to cut out: --eval-files FILE (repeatable)")
-    line, info = run_command(args, "decontaminate", {"decontaminate": config})
-    return line + "\n" + decontaminate_line(info, config.key_threshold)
+    line, result = run_command(args, "decontaminate", {"decontaminate": config})
+    return line + "\n" + decontaminate_line(result.record, config.key_threshold)
 
 
 def add_parsers(sub) -> None:
@@ -117,6 +127,10 @@ def add_parsers(sub) -> None:
               CleanConfig)
     add_tokenizer_files(p, "count exact BPE tokens (default: a lower bound that needs no vocabulary)")
     p.set_defaults(func=cmd_clean)
+
+    p = stage("quality", "Reject low-quality documents by Gopher's, C4's or FineWeb's rules, each rule a reject reason "
+              "(C4's line rules also drop lines). A threshold of 0 turns its rule off.", docs, QualityConfig)
+    p.set_defaults(func=cmd_quality)
 
     p = stage("shuffle", "Shuffle all documents globally with a seed, out of core, into N shards.", docs, ShuffleConfig)
     p.set_defaults(func=cmd_shuffle)

@@ -5,7 +5,7 @@ from the stages so that building the command line imports none of their librarie
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
@@ -115,6 +115,92 @@ class CleanConfig(StageConfig):
     language_detector: Literal["langdetect", "fasttext"] = setting(
         "langdetect", "langdetect (seeded; as Megatron's cleanup) or fastText's compressed lid.176 model, many times "
         "faster (pip install 'textmill[fasttext]'; its agreement with langdetect is in benchmarks/README.md)")
+
+
+QUALITY_RULES = {  # the rule groups each preset applies, in the order they run
+    "none": (),
+    "gopher": ("gopher_repetition", "gopher_quality"),
+    "c4": ("c4",),
+    "fineweb": ("gopher_repetition", "gopher_quality", "c4", "fineweb"),
+}
+GOPHER_QUALITY, GOPHER_REPETITION, C4, FINEWEB = (
+    "gopher quality (Rae et al. 2021, table A1)", "gopher repetition (Rae et al. 2021, table A1)",
+    "c4 (Raffel et al. 2020, section 2.2)", "fineweb (Penedo et al. 2024, section 3.3)")
+RULE_GROUPS = {GOPHER_QUALITY: "gopher_quality", GOPHER_REPETITION: "gopher_repetition", C4: "c4", FINEWEB: "fineweb"}
+
+
+@dataclass(frozen=True)
+class QualityConfig(StageConfig):
+    """Each rule is a reject reason of its own; a threshold of 0 turns its rule off."""
+
+    preset: Literal["none", "gopher", "c4", "fineweb"] = setting(
+        "none", "the rules applied: none (OpenWebText relied on Reddit karma instead), gopher (Gopher's quality and "
+        "repetition rules), c4 (C4's line and page rules) or fineweb (Gopher's, C4's without its terminal-punctuation "
+        "line rule, and FineWeb's own)")
+    min_words: int = setting(50, "fewest words (not counting punctuation marks)", least=0, group=GOPHER_QUALITY)
+    max_words: int = setting(100_000, "most words (not counting punctuation marks)", least=0, group=GOPHER_QUALITY)
+    min_mean_word_length: float = setting(3.0, "shortest mean word length in characters", least=0, group=GOPHER_QUALITY)
+    max_mean_word_length: float = setting(10.0, "longest mean word length in characters", least=0, group=GOPHER_QUALITY)
+    max_symbol_word_ratio: float = setting(0.1, "most '#' per word, and most ellipses per word", least=0, group=GOPHER_QUALITY)
+    max_bullet_lines: float = setting(0.9, "largest fraction of lines starting with a bullet (• or -)", least=0, most=1,
+                                      group=GOPHER_QUALITY)
+    max_ellipsis_lines: float = setting(0.3, "largest fraction of lines ending with an ellipsis", least=0, most=1,
+                                        group=GOPHER_QUALITY)
+    min_alphabetic_words: float = setting(0.8, "smallest fraction of words with a letter in them", least=0, most=1,
+                                          group=GOPHER_QUALITY)
+    min_stop_words: int = setting(2, "fewest of the English stop words the, be, to, of, and, that, have, with", least=0,
+                                  group=GOPHER_QUALITY)
+    max_duplicate_lines: float = setting(0.3, "largest fraction of lines that repeat an earlier line", least=0, most=1,
+                                         group=GOPHER_REPETITION)
+    max_duplicate_paragraphs: float = setting(0.3, "largest fraction of paragraphs that repeat an earlier one", least=0,
+                                              most=1, group=GOPHER_REPETITION)
+    max_duplicate_line_chars: float = setting(0.2, "largest fraction of characters in repeated lines", least=0, most=1,
+                                              group=GOPHER_REPETITION)
+    max_duplicate_paragraph_chars: float = setting(0.2, "largest fraction of characters in repeated paragraphs", least=0,
+                                                   most=1, group=GOPHER_REPETITION)
+    max_top_ngram_chars: tuple[float, ...] = setting(
+        (0.2, 0.18, 0.16), "for n = 2, 3, 4, ...: largest fraction of characters in the most frequent word n-gram",
+        nargs="+", group=GOPHER_REPETITION)
+    max_duplicate_ngram_chars: tuple[float, ...] = setting(
+        (0.15, 0.14, 0.13, 0.12, 0.11, 0.10), "for n = 5, 6, 7, ...: largest fraction of characters in word n-grams "
+        "that repeat an earlier one", nargs="+", group=GOPHER_REPETITION)
+    c4_min_sentences: int = setting(5, "fewest sentences left after the line rules", least=0, group=C4)
+    c4_min_words_per_line: int = setting(3, "lines with fewer words are dropped", least=0, group=C4)
+    c4_max_word_length: int = setting(1000, "lines with a longer word are dropped", least=0, group=C4)
+    c4_terminal_punctuation: bool = setting(True, "drop lines that do not end in . ? ! \" or ' (or end in an ellipsis); "
+                                            "the fineweb preset never does", group=C4)
+    c4_remove_citations: bool = setting(True, "remove Wikipedia citation marks ([1], [edit], [citation needed]) from lines",
+                                        group=C4)
+    c4_javascript_lines: bool = setting(True, "drop lines that mention javascript", group=C4)
+    c4_policy_lines: bool = setting(True, "drop lines about terms of use, privacy policies or cookies", group=C4)
+    c4_lorem_ipsum: bool = setting(True, "reject pages holding 'lorem ipsum'", group=C4)
+    c4_curly_bracket: bool = setting(True, "reject pages holding a curly bracket (code, mostly)", group=C4)
+    min_line_punctuation: float = setting(0.12, "smallest fraction of lines ending in terminal punctuation", least=0,
+                                          most=1, group=FINEWEB)
+    max_short_lines: float = setting(0.67, "largest fraction of lines of short_line_chars characters or fewer", least=0,
+                                     most=1, group=FINEWEB)
+    short_line_chars: int = setting(30, "what a short line is", least=0, group=FINEWEB)
+    max_duplicate_line_chars_fineweb: float = setting(
+        0.01, "largest fraction of characters (newlines not counted) in non-blank lines that repeat an earlier one",
+        least=0, most=1, group=FINEWEB)
+    max_newlines_per_word: float = setting(0.3, "most newlines per word (list-like pages)", least=0, group=FINEWEB)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_top_ngram_chars", "max_duplicate_ngram_chars"):
+            if not all(0 <= v <= 1 for v in getattr(self, name)):
+                raise TextmillError(f"{name} must hold fractions between 0 and 1, not {getattr(self, name)}")
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return QUALITY_RULES[self.preset]
+
+    def params(self) -> dict:
+        """The preset and the settings of the rules it applies (the others do not change the output)."""
+        used = {f.name for f in fields(self) if RULE_GROUPS.get(f.metadata.get("group")) in self.rules}
+        if self.preset == "fineweb":
+            used.discard("c4_terminal_punctuation")
+        return {k: v for k, v in super().params().items() if k == "preset" or k in used}
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,16 @@ def decontaminate_line(info: dict, key_threshold: int) -> str:
             f"{info['characters_removed']} characters removed")
 
 
+def quality_line(manifests: list[dict]) -> str:
+    """What C4's line rules did: documents kept with fewer lines, and the lines dropped per rule."""
+    dropped: dict[str, int] = {}
+    for m in manifests:
+        for rule, n in m.get("lines_dropped", {}).items():
+            dropped[rule] = dropped.get(rule, 0) + n
+    rules = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items(), key=lambda kv: -kv[1])) or "none"
+    return f"  line rules: {sum(m.get('shortened', 0) for m in manifests)} kept document(s) shortened; lines dropped: {rules}"
+
+
 def seconds_tag(seconds: float) -> str:
     """How commands end their summaries: the wall time in brackets."""
     return f"[{seconds:.1f}s]"

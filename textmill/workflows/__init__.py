@@ -8,13 +8,13 @@ from textmill.workflows.runner import configure_luigi
 from textmill.workflows.tasks import (BlacklistCheck, BlacklistDuplicates, BlacklistShard, CleanShard, Corpus,
                                       Decontaminate, DecontaminateCount, DecontaminateSelect, DecontaminateShard,
                                       DedupBand, DedupBandKeys, DedupClusters, DedupShard, EndToEnd, EvaluateLambada,
-                                      ExportHF, MergeDataset, ScrapeShard, Shuffle, ShuffleGather, ShuffleScatter,
+                                      ExportHF, MergeDataset, QualityShard, ScrapeShard, Shuffle, ShuffleGather, ShuffleScatter,
                                       SignatureShard, TokenizeShard, TrainGPT, TrainTokenizer)
 
 configure_luigi()
 
 __all__ = ["BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "CleanShard", "Corpus", "Decontaminate",
            "DecontaminateCount", "DecontaminateSelect", "DecontaminateShard", "DedupBand", "DedupBandKeys",
-           "DedupClusters", "DedupShard", "EndToEnd", "EvaluateLambada", "ExportHF", "MergeDataset", "ScrapeShard",
+           "DedupClusters", "DedupShard", "EndToEnd", "EvaluateLambada", "ExportHF", "MergeDataset", "QualityShard", "ScrapeShard",
            "Shuffle", "ShuffleGather", "ShuffleScatter", "SignatureShard", "TokenizeShard", "TrainGPT",
            "TrainTokenizer"]

@@ -1,4 +1,4 @@
-"""A corpus stage on its own: `textmill blacklist | scrape | extract | dedup | clean | shuffle | decontaminate IN... -o
+"""A corpus stage on its own: `textmill blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate IN... -o
 OUT` runs that stage's tasks of the run's graph (textmill.workflows.tasks) on a local Luigi scheduler, so
 the command and `textmill run` share one driver and write the same files. The stage's shards, rejects,
 manifests and records go straight into OUT; the steps before them (MinHash signatures, band keys,
@@ -23,7 +23,7 @@ from textmill.settings import Settings, resolve, to_table
 from textmill.workflows.memos import run_config
 from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, work_lock
 from textmill.workflows.tasks import (BlacklistShard, CleanShard, Decontaminate, DedupClusters, DedupShard, ExtractShard,
-                                      RunTask, ScrapeShard, Shuffle, input_files, num_shards)
+                                      QualityShard, RunTask, ScrapeShard, Shuffle, input_files, num_shards)
 
 COMMAND_BUSY = "another textmill command is working in {work} ({holder}); wait for it to finish"
 
@@ -120,7 +120,8 @@ def stage_targets(config: str) -> list[luigi.Task]:
         return [Decontaminate(config)]
     if stage == "dedup":
         return [*(DedupShard(config, i) for i in shards), DedupClusters(config)]
-    kind = {"blacklist": BlacklistShard, "scrape": ScrapeShard, "extract": ExtractShard, "clean": CleanShard}[stage]
+    kind = {"blacklist": BlacklistShard, "scrape": ScrapeShard, "extract": ExtractShard, "clean": CleanShard,
+            "quality": QualityShard}[stage]
     return [kind(config, i) for i in shards]
 
 

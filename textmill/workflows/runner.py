@@ -256,6 +256,8 @@ def corpus_record(config: str) -> dict:
     n = t.num_shards(settings)
     stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
               (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
+    if settings.quality.preset != "none":
+        stages.append(("quality", [t.QualityShard(config, i) for i in range(n)]))
     stages.append(("shuffle", [t.Shuffle(config)]))
     if settings.decontaminate.eval_files:
         stages.append(("decontaminate", [t.Decontaminate(config)]))

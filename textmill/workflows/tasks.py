@@ -7,7 +7,7 @@ before it are found complete. A shard task is complete when its manifest exists 
 global task when its `task.json` does.
 
     BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i)
-      -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i) -> CleanShard(i)
+      -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i) -> CleanShard(i) -> [QualityShard(i)]
       -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle -> DecontaminateCount(j) -> DecontaminateSelect
       -> DecontaminateShard(j) -> Decontaminate -> [TrainTokenizer] -> TokenizeShard(j) -> MergeDataset -> Corpus
 
@@ -84,7 +84,8 @@ def shard_name(settings: RunConfig, shard: int) -> str:
 # The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
 # straight into OUT; the steps before it (signatures, band keys, ...) go to OUT/.textmill/STAGE/KEY.
 COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
-                         "clean": "4-clean", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
+                         "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle",
+                         "decontaminate": "6-decontaminate"}
 
 
 class DoneFile(luigi.Target):
@@ -533,6 +534,23 @@ class CleanShard(ShardTask):
                     given_tokenizer(self.settings))
 
 
+class QualityShard(ShardTask):
+    """The quality filters of [quality] preset over one cleaned shard (only when the preset is not none)."""
+
+    stage = "4-quality"
+
+    def own_key(self) -> str:
+        return key_of(self.requires().key(), self.settings.quality.params())
+
+    def requires(self):
+        return written_by(self.config, "quality", CleanShard(self.config, self.shard))
+
+    def make(self):
+        from textmill.pipeline.quality import quality_shard
+
+        quality_shard(fetch(self.requires().shard_file()), self.shard_file(), self.settings.quality)
+
+
 def shuffle_shard_count(config: str) -> int | None:
     """How many shards the shuffle writes: [shuffle] num_shards, or when that is 0 what ShufflePlan chose
     from the cleaned corpus's size (None until it has); for `textmill decontaminate`, how many it was given."""
@@ -551,9 +569,11 @@ def shuffle_key_params(settings: RunConfig) -> tuple:
     return count, settings.run.seed
 
 
-def cleaned(config: str, shard: int) -> CleanShard | GivenShard:
-    """The cleaned shard the shuffle reads (given to `textmill shuffle`)."""
-    return written_by(config, "shuffle", CleanShard(config, shard))
+def cleaned(config: str, shard: int) -> CleanShard | QualityShard | GivenShard:
+    """The cleaned shard the shuffle reads: cleanup's, or the quality filters' when [quality] has a preset
+    (given to `textmill shuffle`)."""
+    filtered = run_config(config).quality.preset != "none"
+    return written_by(config, "shuffle", (QualityShard if filtered else CleanShard)(config, shard))
 
 
 class ShufflePlan(RunTask):

@@ -1,0 +1,217 @@
+"""Quality filters of the corpora built after OpenWebText, which relied on Reddit karma for quality:
+Gopher's quality and repetition rules (Rae et al. 2021, appendix A), C4's line and page rules (Raffel et
+al. 2020, section 2.2) and FineWeb's additions (Penedo et al. 2024, section 3.3). Thresholds are the
+papers'; each rule is a reject reason of its own. The rules read as datatrove implements them (the
+reference FineWeb was built with), so that a document gets the same verdict here and there: words are
+split as pipeline/words.py says, and a threshold of 0 turns its rule off.
+
+C4's line rules change a document: lines without terminal punctuation, with fewer than three words, with a
+word over 1,000 characters, or about javascript, cookies and policies are dropped (counted per rule in
+the manifest), citation marks are removed, and the page is rejected when fewer than five sentences are
+left, or when it holds "lorem ipsum" or a curly bracket.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from itertools import count
+from pathlib import Path
+
+import regex
+
+from textmill.pipeline.config import QualityConfig
+from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.words import count_sentences, split_words
+
+STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))  # Gopher's
+_SENTENCE_END = regex.compile(r"\p{Sentence_Terminal}$")
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_LINE_BREAKS = re.compile(r"\n+")
+CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+C4_LINE_ENDS = (".", "?", "!", '"', "'")
+POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+def is_symbol(word: str) -> bool:
+    """Whether a word is punctuation and symbols only (Gopher counts only the other words)."""
+    return all(unicodedata.category(c)[0] in "PS" or unicodedata.category(c) == "Cc" for c in word)
+
+
+def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | None:
+    """Gopher's quality rules: the reason the document fails, or None."""
+    content = [w for w in words if not is_symbol(w)]
+    if cfg.min_words and len(content) < cfg.min_words:
+        return "too_few_words"
+    if cfg.max_words and len(content) > cfg.max_words:
+        return "too_many_words"
+    if not content:
+        return "no_words"
+    mean_length = sum(len(w) for w in content) / len(content)
+    if cfg.min_mean_word_length and mean_length < cfg.min_mean_word_length:
+        return "short_words"
+    if cfg.max_mean_word_length and mean_length > cfg.max_mean_word_length:
+        return "long_words"
+    if cfg.max_symbol_word_ratio and text.count("#") / len(words) > cfg.max_symbol_word_ratio:
+        return "hash_symbols"
+    if cfg.max_symbol_word_ratio and (text.count("...") + text.count("…")) / len(words) > cfg.max_symbol_word_ratio:
+        return "ellipses"
+    lines = text.splitlines()
+    if cfg.max_bullet_lines and sum(line.lstrip().startswith(("•", "-")) for line in lines) / len(lines) > cfg.max_bullet_lines:
+        return "bullet_lines"
+    if cfg.max_ellipsis_lines and sum(line.rstrip().endswith(("...", "…")) for line in lines) / len(lines) > cfg.max_ellipsis_lines:
+        return "ellipsis_lines"
+    if cfg.min_alphabetic_words and sum(any(c.isalpha() for c in w) for w in words) / len(words) < cfg.min_alphabetic_words:
+        return "few_alphabetic_words"
+    if cfg.min_stop_words and len(STOP_WORDS.intersection(words)) < cfg.min_stop_words:
+        return "few_stop_words"
+    return None
+
+
+def repeated(items: list[str]) -> tuple[int, int]:
+    """How many items repeat an earlier one, and their characters."""
+    seen, number, chars = set(), 0, 0
+    for item in items:
+        if item in seen:
+            number, chars = number + 1, chars + len(item)
+        else:
+            seen.add(item)
+    return number, chars
+
+
+def top_ngram_chars(words: list[str], n: int) -> int:
+    """Characters of the most frequent word n-gram (joined by spaces) times its count (the first of equals)."""
+    grams = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return 0
+    gram, times = grams.most_common(1)[0]
+    return len(gram) * times
+
+
+def duplicate_ngram_chars(words: list[str], n: int) -> int:
+    """Characters of word n-grams (joined without spaces) that repeat an earlier one, read left to right;
+    after a repeat the next n-gram starts past it, so no character counts twice."""
+    seen, chars, i = set(), 0, 0
+    while i <= len(words) - n:
+        gram = "".join(words[i : i + n])
+        if gram in seen:
+            chars += len(gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return chars
+
+
+def gopher_repetition(text: str, words: list[str], cfg: QualityConfig) -> str | None:
+    """Gopher's repetition rules: the reason the document fails, or None."""
+    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+    number, chars = repeated(paragraphs)
+    if cfg.max_duplicate_paragraphs and number / len(paragraphs) > cfg.max_duplicate_paragraphs:
+        return "duplicate_paragraphs"
+    if cfg.max_duplicate_paragraph_chars and chars / len(text) > cfg.max_duplicate_paragraph_chars:
+        return "duplicate_paragraph_chars"
+    lines = _LINE_BREAKS.split(text)
+    number, chars = repeated(lines)
+    if cfg.max_duplicate_lines and number / len(lines) > cfg.max_duplicate_lines:
+        return "duplicate_lines"
+    if cfg.max_duplicate_line_chars and chars / len(text) > cfg.max_duplicate_line_chars:
+        return "duplicate_line_chars"
+    for n, most in zip(count(2), cfg.max_top_ngram_chars):
+        if most and top_ngram_chars(words, n) / len(text) > most:
+            return f"top_{n}gram_chars"
+    for n, most in zip(count(5), cfg.max_duplicate_ngram_chars):
+        if most and duplicate_ngram_chars(words, n) / len(text) > most:
+            return f"duplicate_{n}gram_chars"
+    return None
+
+
+def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped: Counter) -> tuple[str, str | None]:
+    """C4's rules: (the text with its kept lines, the reason the page fails or None). Dropped lines are
+    counted in `dropped` by rule."""
+    kept, sentences = [], 0
+    for line in text.splitlines():
+        line = line.strip()
+        words = line.split()
+        if cfg.c4_max_word_length and any(len(w) > cfg.c4_max_word_length for w in words):
+            dropped["too_long_word"] += 1
+            continue
+        if cfg.c4_remove_citations:
+            line = CITATION.sub("", line)
+        if terminal_punctuation and (not line.endswith(C4_LINE_ENDS) or line.endswith("...")):
+            dropped["no_terminal_punctuation"] += 1
+            continue
+        if len(words) < cfg.c4_min_words_per_line:
+            dropped["too_few_words"] += 1
+            continue
+        lower = line.lower()
+        if cfg.c4_lorem_ipsum and "lorem ipsum" in lower:
+            return text, "lorem_ipsum"
+        if cfg.c4_javascript_lines and "javascript" in lower:
+            dropped["javascript"] += 1
+            continue
+        if cfg.c4_curly_bracket and "{" in line:
+            return text, "curly_bracket"
+        if cfg.c4_policy_lines and any(phrase in lower for phrase in POLICY_PHRASES):
+            dropped["policy"] += 1
+            continue
+        if cfg.c4_min_sentences:
+            sentences += count_sentences(line)
+        kept.append(line)
+    if sentences < cfg.c4_min_sentences:
+        return text, "too_few_sentences"
+    return "\n".join(kept).strip(), None
+
+
+def fineweb(text: str, words: list[str], cfg: QualityConfig) -> str | None:
+    """FineWeb's rules: the reason the document fails, or None."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    if not lines:
+        return "empty"
+    if sum(bool(_SENTENCE_END.search(line)) for line in lines) / len(lines) < cfg.min_line_punctuation:
+        return "line_punctuation"
+    if cfg.max_short_lines and sum(len(line) <= cfg.short_line_chars for line in lines) / len(lines) > cfg.max_short_lines:
+        return "short_lines"
+    if cfg.max_duplicate_line_chars_fineweb and repeated(lines)[1] / len(text.replace("\n", "")) > cfg.max_duplicate_line_chars_fineweb:
+        return "repeated_line_chars"
+    if cfg.max_newlines_per_word and text.count("\n") / len(words) > cfg.max_newlines_per_word:
+        return "list_like"
+    return None
+
+
+WORD_RULES = {"gopher_quality": gopher_quality, "gopher_repetition": gopher_repetition, "fineweb": fineweb}
+
+
+def judge(text: str, cfg: QualityConfig, dropped: Counter) -> tuple[str, str | None]:
+    """(the document's text after the rules, the reason it fails or None), by the preset's rules in order."""
+    words: list[str] | None = None  # of the current text
+    for rule in cfg.rules:
+        if not text.strip():
+            return text, "empty"
+        if rule == "c4":
+            kept, reason = c4_lines(text, cfg, cfg.c4_terminal_punctuation and cfg.preset != "fineweb", dropped)
+            if reason is None and kept != text:
+                text, words = kept, None
+        else:
+            words = split_words(text) if words is None else words
+            reason = WORD_RULES[rule](text, words, cfg)
+        if reason is not None:
+            return text, reason
+    return text, None
+
+
+def quality_shard(shard: Path, output: Path, cfg: QualityConfig) -> dict:
+    """Apply the preset's rules to one document shard into `output`; returns its manifest."""
+    dropped: Counter = Counter()
+    stats = {"shortened": 0, "lines_dropped": {}}
+
+    def decide(row: dict) -> Verdict:
+        text, reason = judge(row["text"] or "", cfg, dropped)
+        stats["lines_dropped"] = dict(sorted(dropped.items()))
+        if reason is None and text != row["text"]:
+            stats["shortened"] += 1
+            return {**row, "text": text}, None
+        return row, reason
+
+    return filter_documents("quality", shard, output, cfg.params(), decide, stats=stats)
