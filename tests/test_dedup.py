@@ -100,7 +100,7 @@ def test_char_shingles_like_megatron():
 
 
 def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
-    cfg = DedupConfig(num_perm=64, bands=16, threshold=0.5)
+    cfg = DedupConfig(num_perm=64, bands=16, threshold=0.5, exact_duplicates=False)
     docs, _ = near_duplicate_corpus(seed=3, families=30, singles=40)
     parts = [docs[i::3] for i in range(3)]  # a family's copies end up in different shards
     for k, part in enumerate(parts):
@@ -115,10 +115,11 @@ def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
     pairs = [tmp_path / "steps" / f"band-{b}.parquet" for b in range(cfg.bands + 1)]
     for b in reversed(range(cfg.bands + 1)):
         write_pairs(band_pairs(bands, b), pairs[b])
-    steps = cluster_pairs(pairs[:-1], pairs[-1:], sigs, counts, cfg)
+    steps = cluster_pairs(pairs[:-1], pairs[-1:], [], sigs, counts, cfg)
     written = json.loads((tmp_path / "whole" / "clusters.json").read_text())
     assert {k: v for k, v in written.items() if k != "params"} == steps
-    assert {k: v for k, v in steps.items() if k != "duplicates"} == {k: whole[k] for k in steps if k != "duplicates"}
+    listed = ("duplicates", "exact")  # in clusters.json only
+    assert {k: v for k, v in steps.items() if k not in listed} == {k: whole[k] for k in steps if k not in listed}
 
     def position(doc_id):  # corpus order: shard, then row
         shard, row = doc_id.removeprefix("s").split("-")
@@ -143,3 +144,39 @@ def test_the_same_id_in_two_shards_is_one_error(tmp_path):
     write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "z", "text": "three"}, {"id": "x", "text": "four texts"}])
     with pytest.raises(TextmillError, match="duplicate document ids across shards"):
         dedup_shards(sorted((tmp_path / "in").iterdir()), tmp_path / "out", DedupConfig())
+
+
+def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_such(tmp_path):
+    """Mirrors that differ in case, punctuation or whitespace are exact duplicates, in one shard or two; an
+    edited copy is a near duplicate; without exact_duplicates the same documents go, all as near duplicates
+    (the same words give the same signature, so MinHash finds them too: the hash names them, and spares
+    computing a mirror's signature within a shard)."""
+    rng = random.Random(7)
+    base = " ".join(synthweb.prose(rng, 6))
+    other = " ".join(synthweb.prose(rng, 6))
+    mirror = base.upper().replace(". ", " ... ").replace(" ", "  \n")
+    edited = synthweb.mutate(rng, base, 0.01)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "a0", "text": base}, {"id": "a1", "text": other},
+                                              {"id": "a2", "text": mirror}, {"id": "a3", "text": edited}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "b0", "text": other + "!"}, {"id": "b1", "text": "Short."},
+                                              {"id": "b2", "text": "short"}])
+    shards = sorted((tmp_path / "in").iterdir())
+
+    def reasons(out):
+        return {r["id"]: r["reason"] for name in ("a", "b") for r in pq.read_table(out / f"{name}.rejects.parquet").to_pylist()}
+
+    dedup_shards(shards, tmp_path / "out", DedupConfig())
+    clusters = json.loads((tmp_path / "out" / "clusters.json").read_text())
+    assert reasons(tmp_path / "out") == {"a2": "exact_duplicate_of=a0", "a3": "near_duplicate_of=a0",
+                                         "b0": "exact_duplicate_of=a1", "b2": "exact_duplicate_of=b1"}
+    assert sorted(clusters["exact"]) == ["a2", "b0", "b2"] and clusters["exact_pairs"] == 3
+    # Within a shard, the mirror's signature is its original's, copied rather than computed.
+    [sigs] = (tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet")
+    rows = pq.read_table(sigs).to_pylist()
+    assert rows[2]["signature"] == rows[0]["signature"] and rows[2]["words_hash"] == rows[0]["words_hash"]
+    assert len({r["words_hash"] for r in rows}) == 3
+    dedup_shards(shards, tmp_path / "without", DedupConfig(exact_duplicates=False))
+    without = json.loads((tmp_path / "without" / "clusters.json").read_text())
+    assert without["exact"] == [] and without["duplicates"] == clusters["duplicates"]
+    assert set(reasons(tmp_path / "without").values()) == {"near_duplicate_of=a0", "near_duplicate_of=a1",
+                                                           "near_duplicate_of=b1"}

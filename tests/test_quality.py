@@ -4,6 +4,7 @@ the stage through its command."""
 import gzip
 import json
 import random
+import re
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -278,7 +279,10 @@ def test_a_preset_in_the_run_file_puts_the_stage_between_clean_and_shuffle(tmp_p
     [quality] = (work / "4-quality").iterdir()
     manifests = [json.loads(p.read_text()) for p in sorted(quality.glob("*.manifest.json"))]
     assert len(manifests) == 3 and sum(m["counts"]["kept"] for m in manifests) > 0
-    [record] = (work / "runs").glob("*/run.json")  # the run's funnel has the stage
+    # The run ends with its funnel, the stage in it.
+    assert r.stdout.startswith("textmill run: corpus funnel") and re.search(r"\nclean: .*\nquality: 3 shard\(s\), \d+ in",
+                                                                            r.stdout), r.stdout
+    [record] = (work / "runs").glob("*/run.json")
     assert [s["stage"] for s in json.loads(record.read_text())["funnel"]][4:6] == ["quality", "shuffle"]
     # The shuffle read the quality stage's output: as many documents as it kept.
     [shuffle] = (work / "5-shuffle").glob("*/task.json")

@@ -8,7 +8,8 @@ from textmill.report.results import results_markdown, results_rows, run_lines, w
 def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5):
     r = {"run": run, "status": status, "seconds": 12.3, "config": "run.toml", "started": run}
     if status == "done":
-        r.update(funnel=[{"stage": "blacklist", "input": 120}], corpus={"documents": documents, "tokens": 10 * documents,
+        r.update(funnel=[{"stage": "blacklist", "shards": 1, "input": 120, "kept": 100, "rejected": 20, "rows_out": 100,
+                          "reasons": {"duplicate": 20}, "output": "/w/1-blacklist", "seconds": 1.0}], corpus={"documents": documents, "tokens": 10 * documents,
                                                                          "dataset": "/w/corpus"},
                  train={"iterations": 10, "valid_loss": valid_loss, "lm_loss": 3.1, "checkpoints": "/w/ckpt"},
                  evaluate=[{"name": "lambada_test", "file": "/d/lambada_test.jsonl", "accuracy": accuracy,
@@ -42,7 +43,10 @@ def test_results_keep_the_last_runs_and_the_run_summary_names_the_regression(tmp
     assert len(tsv) == 7 and tsv[1].split("\t")[:4] == ["d0", "done", "120", "100"]  # every run, raw numbers
     lines = run_lines(records[-1], tmp_path / "runs" / "d5")
     assert "  REGRESSION: valid loss +0.9000 (since the previous run)" in lines
-    assert lines[0] == "textmill run: done: 100 documents, 1,000 tokens -> /w/corpus.bin/.idx"
+    # The funnel first, then what the run made.
+    assert lines[:2] == ["textmill run: corpus funnel (in, kept and rejected at each stage, with reasons)",
+                         "blacklist: 1 shard(s), 120 in, 100 kept, 20 rejected (duplicate 20) -> /w/1-blacklist [1.0s]"]
+    assert "textmill run: done: 100 documents, 1,000 tokens -> /w/corpus.bin/.idx" in lines
 
 
 def test_a_stage_summary_gives_its_throughput(tmp_path):

@@ -102,13 +102,14 @@ def test_an_old_toml_key_still_works_with_a_one_line_note(tmp_path, capsys):
 def test_renamed_fields_keep_the_work_folder_keys_of_earlier_versions():
     # What textmill 0.1 keyed these stages' folders by (dataclasses.asdict of its configs, scrape without
     # its concurrency): a rename must not make every existing run scrape and deduplicate again. The
-    # extractor and the robots.txt check, added since, change what scrape writes, so they are keyed too.
+    # extractor and the robots.txt check, added since, change what scrape writes, so they are keyed too, as
+    # the exact-duplicate check is for dedup (it names rejects exact_duplicate_of).
     assert ScrapeConfig().params() == {
         "timeout_s": 30.0, "extract_timeout_s": 10.0, "max_bytes": 5242880, "max_redirects": 5, "allow_private": False,
         "allow_networks": (), "keep_html": False, "user_agent": "textmill/0.1 (corpus builder)",
         "extractor": "trafilatura", "robots_txt": False}
     assert DedupConfig().params() == {"shingle_size": 5, "unit": "word", "num_perm": 128, "bands": 16, "threshold": 0.7,
-                                      "seed": 1}
+                                      "seed": 1, "exact_duplicates": True}
     assert DecontaminateConfig().params() == {"max_ngram": 13, "min_ngram": 8, "cut_chars": 200,
                                               "min_fragment_chars": 200, "max_pieces": 10, "key_threshold": 10}
 

@@ -4,6 +4,7 @@
     textmill scrape URL_SHARDS... --output DIR;  textmill extract SCRAPED_SHARDS... --output DIR
     textmill dedup | clean | quality | decontaminate DOC_SHARDS... --output DIR
     textmill shuffle DOC_SHARDS... --output DIR [--num-shards N]
+    textmill inspect SHARD | REJECTS | MANIFEST | FOLDER | TOKEN_PREFIX [--head N] [--reason R] [--id ID] [--url URL]
     textmill tokenize --input DOCS... --output-prefix PREFIX [--vocab-file F --merge-file F] [--append-eod]
     textmill train-tokenizer --input DOCS... --output-prefix PREFIX --vocab-size N
     textmill merge-datasets --input DIR --output-prefix PREFIX
@@ -19,8 +20,8 @@ Each prints a one-line summary (records in, kept, rejected by reason) and writes
 Bad input ends with one `textmill: error: ...` line and exit status 2.
 
 One module per command group, each with `add_parsers(subparsers)` and its commands: corpus (the stages),
-tokens (token files), models (train, evaluate, export, import, checkpoint), runs (run, status, scheduler), serving
-(serve, generate); options holds what they share.
+inspect (looking at what they wrote), tokens (token files), models (train, evaluate, export, import,
+checkpoint), runs (run, status, scheduler), serving (serve, generate); options holds what they share.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from textmill.errors import RunFailed, TextmillError, is_disk_error
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command's parser; building them imports no heavy library (each command imports what it runs)."""
-    from textmill.cli import corpus, models, runs, serving, tokens
+    from textmill.cli import corpus, inspect, models, runs, serving, tokens
     from textmill.demo.run import add_demo_parser
     from textmill.schedule import add_schedule_parser
 
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (corpus, tokens, models, runs, serving):
+    for group in (corpus, inspect, tokens, models, runs, serving):
         group.add_parsers(sub)
     add_schedule_parser(sub)
     add_demo_parser(sub)

@@ -5,6 +5,7 @@ with a one-line summary."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
@@ -14,14 +15,10 @@ from textmill.pipeline.config import (BlacklistConfig, CleanConfig, Decontaminat
 from textmill.settings import add_arguments, from_namespace
 
 
-def summary_line(stage: str, manifests: list[dict], output: Path, seconds: float) -> str:
-    from textmill.report.lines import stage_line, stage_summary
-
-    return stage_line(stage_summary(stage, manifests, output, seconds))
-
-
 def run_command(args, stage: str, settings: dict) -> tuple:
-    """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its StageResult."""
+    """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its StageResult. A
+    stage that rejected most of its input for one reason says so on stderr, with the remedy where there is one."""
+    from textmill.report.lines import reject_warning, stage_line, stage_summary
     from textmill.settings import resolve
     from textmill.workflows.commands import run_stage
 
@@ -29,7 +26,11 @@ def run_command(args, stage: str, settings: dict) -> tuple:
         raise TextmillError(f"--workers must be at least 1, not {args.workers}")
     timer = Timer()
     result = run_stage(stage, args.inputs, args.output, settings, args.workers)
-    return summary_line(stage, result.manifests, resolve(args.output, Path.cwd()), timer.seconds), result
+    summary = stage_summary(stage, result.manifests, resolve(args.output, Path.cwd()), timer.seconds)
+    warning = reject_warning(summary)
+    if warning:
+        print(f"textmill {stage}: {warning}", file=sys.stderr, flush=True)
+    return stage_line(summary), result
 
 
 def cmd_blacklist(args) -> str:

@@ -74,7 +74,10 @@ def add_parsers(sub) -> None:
                          "teacher-forced exact match of the target tokens; also the last word's perplexity. Prints "
                          "Megatron's result line and writes a JSON result.")
     p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is used)")
-    p.add_argument("--valid-data", type=Path, required=True, help='LAMBADA JSON lines, one {"text": ...} per passage')
+    p.add_argument("--valid-data", type=Path, required=True,
+                   help='LAMBADA JSON lines, one {"text": ...} per passage: lambada_test.jsonl, the file Megatron-LM\'s '
+                        'README links (https://github.com/cybertronai/bflm/raw/master/lambada_test.jsonl; 5,153 '
+                        'passages, sha256 4aa8d02cd17c719165fc8a7887fddd641f43fcafa4b1c806ca8abc31fabdb226)')
     p.add_argument("--strict-lambada", action="store_true",
                    help="target = the whole last word (default: the last BPE token, as Megatron's default)")
     add_tokenizer_files(p, saved_tokenizer)

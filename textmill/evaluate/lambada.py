@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from textmill.errors import TextmillError
+from textmill.io.progress import progress as progress_counter
 
 
 @dataclass
@@ -81,7 +81,7 @@ def score_clozes(model, clozes: list[Cloze], vocab_size: int, pad_id: int, batch
     # Longest first so each batch pads little; the result does not depend on the order.
     order = sorted(range(len(clozes)), key=lambda i: -len(inputs[i]))
     correct, nll = [0] * len(clozes), [0.0] * len(clozes)
-    bar = tqdm(total=len(clozes), unit="passage", desc="lambada", disable=not progress or None, leave=False)
+    bar = progress_counter(total=len(clozes), unit="passage", desc="lambada", leave=False, enabled=progress)
     for start in range(0, len(order), batch_size):
         ids = order[start : start + batch_size]
         width = max(len(inputs[i]) for i in ids) - 1

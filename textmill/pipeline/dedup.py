@@ -1,20 +1,29 @@
-"""Near-duplicate removal with MinHash LSH, after Megatron-LM's find_duplicates.py and datatrove.
+"""Exact and near-duplicate removal, after Megatron-LM's find_duplicates.py (MinHash LSH) and datatrove.
+
+Exact duplicates are documents whose lower-cased words are the same (mirrors, reposts, pages that differ
+in case, punctuation or whitespace): a 128-bit hash of those words finds them, exactly. Near duplicates
+are pairs whose MinHash signatures estimate a Jaccard similarity of at least the threshold. (Word
+shingles of the same words are the same, so MinHash finds exact duplicates too; the hash names them as
+such and spares computing a copy's signature.)
 
 Five steps, each a task of its own in a run, so that many workers share the work and no step holds the
 corpus in memory:
-1. `signature_shard`, per shard: datasketch MinHash signatures of every document, computed with
-   `update_batch` (hashing and the permutation minimum vectorised over all shingles of a document), saved
-   as NAME.minhash.parquet. Signatures of old shards are reused when new shards arrive.
+1. `signature_shard`, per shard: the hash of every document's words and its datasketch MinHash signature,
+   computed with `update_batch` (hashing and the permutation minimum vectorised over all shingles of a
+   document), saved as NAME.minhash.parquet; an exact duplicate of an earlier document of the shard has
+   the same word shingles, so with word shingles its signature is copied, not computed. Signatures of
+   old shards are reused when new shards arrive.
 2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
-   64-bit key, and the id hashed as one more band; each band sorted by key.
+   64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key.
 3. `band_pairs`, per band: a streaming merge of every shard's sorted keys; documents with equal keys are
    candidates, each paired with the first of them. Memory: a row group per shard, plus the pairs.
-4. `cluster_pairs`, once: candidate pairs confirmed by the Jaccard similarity the signatures estimate
-   (>= threshold), joined by union-find; only the candidates' signatures are read, so memory follows the
+4. `cluster_pairs`, once: candidate pairs confirmed, the words' hash band's by the whole hash, the LSH
+   bands' by the Jaccard similarity the signatures estimate (>= threshold), joined by union-find; only the candidates' signatures are read, so memory follows the
    duplicates, not the documents. The keeper of a cluster is its first document in corpus order (sorted
    shard name, then row): deterministic, and older shards keep their documents when new ones arrive.
    The same id in two shards (the id band's pairs) is an error.
-5. `filter_shard`, per shard: documents that are not keepers are rejected with `near_duplicate_of=<id>`.
+5. `filter_shard`, per shard: documents that are not keepers are rejected with `exact_duplicate_of=<id>`
+   when their words are the keeper's, else `near_duplicate_of=<id>`.
 
 Shingles are word 5-grams by default (datatrove's choice: unrelated pages share few of them, so the LSH
 yields few false candidates); `shingle_unit="char"` gives Megatron's character 5-grams.
@@ -35,10 +44,10 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, write_json
+from textmill.io.progress import progress
 from textmill.pipeline.config import DedupConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import write_table
@@ -85,10 +94,17 @@ def signature(text: str, cfg: DedupConfig) -> np.ndarray:
     return m.hashvalues.astype(np.uint32)
 
 
+def words_hash(text: str) -> bytes:
+    """128 bits of blake2b over a text's lower-cased words, space-joined (the words its word shingles are
+    made of): the same for texts that differ only in case, punctuation or whitespace."""
+    return hashlib.blake2b(" ".join(_WORD.findall(text.lower())).encode(), digest_size=16).digest()
+
+
 def _signature_schema(cfg: DedupConfig, shard: Path) -> pa.Schema:
-    made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"]}
+    made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"], "words_hash": "blake2b-128"}
     meta = {b"textmill.minhash": json.dumps(made_from, sort_keys=True).encode()}
-    return pa.schema([("id", pa.string()), ("signature", pa.list_(pa.uint32(), cfg.num_perm))], metadata=meta)
+    return pa.schema([("id", pa.string()), ("signature", pa.list_(pa.uint32(), cfg.num_perm)),
+                      ("words_hash", pa.binary(16))], metadata=meta)
 
 
 def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
@@ -97,15 +113,21 @@ def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
     schema = _signature_schema(cfg, shard)
     if path.exists() and pq.read_schema(path).metadata == schema.metadata:
         return path
-    ids, sigs = [], []
-    for row, bad in tqdm(iter_documents(shard), desc=f"minhash {shard.stem}", unit="doc", disable=None):
+    ids, sigs, hashes = [], [], []
+    first_with: dict[bytes, int] = {}  # a words hash -> the row that first had it
+    for row, bad in progress(iter_documents(shard), desc=f"minhash {shard.stem}", unit="doc"):
         if bad:
             continue  # rejected with its reason by filter_shard
+        text = row["text"] or ""
         ids.append(row["id"])
-        sigs.append(signature(row["text"] or "", cfg))
+        hashes.append(words_hash(text))
+        same = first_with.setdefault(hashes[-1], len(ids) - 1)
+        # The same words give the same word shingles, so the same signature (not so for characters).
+        sigs.append(sigs[same] if same < len(ids) - 1 and cfg.shingle_unit == "word" else signature(text, cfg))
     matrix = np.stack(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
     values = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.uint32()), cfg.num_perm)
-    write_table(pa.table({"id": pa.array(ids, pa.string()), "signature": values}, schema=schema), path)
+    write_table(pa.table({"id": pa.array(ids, pa.string()), "signature": values,
+                          "words_hash": pa.array(hashes, pa.binary(16))}, schema=schema), path)
     return path
 
 
@@ -143,10 +165,17 @@ def id_keys(ids: list[str]) -> np.ndarray:
                     np.uint64)
 
 
-def read_signatures(path: Path, num_perm: int) -> tuple[list[str], np.ndarray]:
+def hash_keys(hashes: list[bytes]) -> np.ndarray:
+    """The first 64 bits of each words hash: the extra "band" by which exact duplicates are found."""
+    return np.array([int.from_bytes(h[:8], "little") for h in hashes], np.uint64)
+
+
+def read_signatures(path: Path, num_perm: int) -> tuple[list[str], np.ndarray, list[bytes]]:
+    """The ids, signatures and words hashes of a shard's signature file."""
     table = pq.read_table(path)
     flat = table.column("signature").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return table.column("id").to_pylist(), flat.reshape(-1, num_perm).astype(np.uint32, copy=False)
+    return (table.column("id").to_pylist(), flat.reshape(-1, num_perm).astype(np.uint32, copy=False),
+            table.column("words_hash").to_pylist())
 
 
 def bands_record(bands_file: Path) -> Path:
@@ -154,16 +183,18 @@ def bands_record(bands_file: Path) -> Path:
 
 
 def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
-    """Step 2, per shard: the key of every LSH band of each document, and of its id (band number
-    `bands`), sorted by (band, key, row) into `output`, then its record (rows per band) last."""
-    ids, sigs = read_signatures(signatures, cfg.num_perm)
+    """Step 2, per shard: the key of every LSH band of each document, of its id (band number `bands`) and,
+    with exact_duplicates, of its words hash (band `bands + 1`), sorted by (band, key, row) into `output`,
+    then its record (rows per band) last."""
+    ids, sigs, hashes = read_signatures(signatures, cfg.num_perm)
     blocks = [band_keys(sigs[:, b * cfg.rows : (b + 1) * cfg.rows]) for b in range(cfg.bands)] + [id_keys(ids)]
+    blocks += [hash_keys(hashes)] if cfg.exact_duplicates else []
     orders = [np.argsort(k, kind="stable") for k in blocks]
     table = pa.table({"key": pa.array(np.concatenate([k[o] for k, o in zip(blocks, orders)]), pa.uint64()),
                       "row": pa.array(np.concatenate(orders).astype(np.uint32), pa.uint32())})
     with atomic_path(output) as tmp:  # a row group per band: a band's merge reads only its own
         pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, len(ids)))
-    record = {"signatures": signatures.name, "rows": len(ids), "bands": cfg.bands + 1}
+    record = {"signatures": signatures.name, "rows": len(ids), "bands": len(blocks)}
     write_json(record, bands_record(output))
     return record
 
@@ -213,25 +244,29 @@ def read_pairs(paths: list[Path]) -> np.ndarray:
 
 
 def documents_of(numbers: np.ndarray, signature_files: list[Path], counts: list[int], num_perm: int):
-    """The ids and signatures of the given corpus document numbers (sorted), read a shard at a time."""
+    """The ids, signatures and words hashes of the given corpus document numbers (sorted), read a shard at a
+    time."""
     ids: list[str] = []
+    hashes: list[bytes] = []
     sigs = np.zeros((len(numbers), num_perm), np.uint32)
     offset = 0
     for path, count in zip(signature_files, counts):
         here = numbers[(numbers >= offset) & (numbers < offset + count)]
         if len(here):
-            shard_ids, shard_sigs = read_signatures(path, num_perm)
+            shard_ids, shard_sigs, shard_hashes = read_signatures(path, num_perm)
             sigs[len(ids) : len(ids) + len(here)] = shard_sigs[here - offset]
             ids += [shard_ids[i] for i in here - offset]
+            hashes += [shard_hashes[i] for i in here - offset]
         offset += count
-    return ids, sigs
+    return ids, sigs, hashes
 
 
-def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], signature_files: list[Path], counts: list[int],
-                  cfg: DedupConfig) -> dict:
-    """Step 4: confirm the candidate pairs by the Jaccard similarity the signatures estimate (>= threshold)
-    and join them by union-find. Memory follows the candidates, not the corpus: only their documents'
-    signatures are read. Returns {"duplicates": {id: keeper id}, "cluster_sizes": [...], ...}."""
+def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], exact_pair_files: list[Path],
+                  signature_files: list[Path], counts: list[int], cfg: DedupConfig) -> dict:
+    """Step 4: confirm the candidate pairs, those of the words hash band by the whole hash and the LSH
+    bands' by the Jaccard similarity the signatures estimate (>= threshold), and join them by union-find.
+    Memory follows the candidates, not the corpus: only their documents' signatures are read. Returns
+    {"duplicates": {id: keeper id}, "exact": [ids whose words are their keeper's], "cluster_sizes": ...}."""
     same_id = read_pairs(id_pair_files)
     if len(same_id):
         numbers = np.unique(same_id.ravel())
@@ -239,11 +274,17 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], signature_f
         if any(ids[a] == ids[b] for a, b in same_id.tolist()):
             raise TextmillError("duplicate document ids across shards: the same URL was scraped twice")
     pairs = np.unique(read_pairs(pair_files), axis=0)
-    numbers = np.unique(pairs.ravel())
-    ids, sigs = documents_of(numbers, signature_files, counts, cfg.num_perm)
+    exact_pairs = np.unique(read_pairs(exact_pair_files), axis=0)
+    numbers = np.unique(np.concatenate([pairs.ravel(), exact_pairs.ravel()]))
+    ids, sigs, hashes = documents_of(numbers, signature_files, counts, cfg.num_perm)
+    uf = UnionFind(len(numbers))
+    exact_confirmed = 0
+    for a, b in np.searchsorted(numbers, exact_pairs).tolist():
+        if hashes[a] == hashes[b]:  # the band holds 64 of the 128 bits
+            uf.union(a, b)
+            exact_confirmed += 1
     local = np.searchsorted(numbers, pairs)  # sorted numbers: local order is corpus order
     confirmed = 0
-    uf = UnionFind(len(numbers))
     for start in range(0, len(local), 65536):
         chunk = local[start : start + 65536]
         similarity = (sigs[chunk[:, 0]] == sigs[chunk[:, 1]]).mean(axis=1)
@@ -252,11 +293,15 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], signature_f
             confirmed += 1
     roots = np.array([uf.find(i) for i in range(len(numbers))], dtype=np.int64)
     sizes = np.bincount(roots) if len(roots) else np.zeros(0, np.int64)
+    exact = [ids[i] for i, r in enumerate(roots) if r != i and cfg.exact_duplicates and hashes[i] == hashes[r]]
     return {
         "documents": int(sum(counts)),
         "candidate_pairs": int(len(pairs)),
         "confirmed_pairs": confirmed,
+        "exact_pairs": exact_confirmed,
         "duplicates": {ids[i]: ids[r] for i, r in enumerate(roots) if r != i},
+        "exact": exact,
+        "exact_duplicates": len(exact),
         "cluster_sizes": sorted((int(s) for s in sizes if s > 1), reverse=True),
     }
 
@@ -266,10 +311,14 @@ def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
     write_json({**clusters, "params": cfg.params()}, path)
 
 
-def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], cfg: DedupConfig, inputs: list[Path]) -> dict:
-    """Keep the documents of `shard` that are not near-duplicates of an earlier one."""
+def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], exact: set[str], cfg: DedupConfig,
+                 inputs: list[Path]) -> dict:
+    """Keep the documents of `shard` that are not duplicates of an earlier one (`exact`: those whose words
+    are their keeper's)."""
     def decide(row: dict) -> Verdict:
         keeper = duplicates.get(row["id"])
-        return row, None if keeper is None else f"near_duplicate_of={keeper}"
+        if keeper is None:
+            return row, None
+        return row, f"{'exact' if row['id'] in exact else 'near'}_duplicate_of={keeper}"
 
     return filter_documents("dedup", shard, output, cfg.params(), decide, inputs)

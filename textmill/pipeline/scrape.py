@@ -45,10 +45,10 @@ from urllib.robotparser import RobotFileParser
 
 import aiohttp
 import pyarrow as pa
-from tqdm import tqdm
 from yarl import URL
 
 from textmill.errors import TextmillError
+from textmill.io.progress import progress
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
@@ -257,7 +257,7 @@ def _now() -> str:
 
 
 async def _scrape_pending(
-    pending: list[dict], cfg: ScrapeConfig, pool: ExtractorPool | None, journal, progress: tqdm
+    pending: list[dict], cfg: ScrapeConfig, pool: ExtractorPool | None, journal, fetched
 ) -> None:
     resolver = GuardedResolver(cfg)
     connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
@@ -306,7 +306,7 @@ async def _scrape_pending(
                 journal.write(json.dumps({"row": row, "reason": reason, "html": raw, "charset": charset,
                                           "content_type": got.content_type, "tries": tries}, ensure_ascii=False) + "\n")
                 journal.flush()
-                progress.update(1)
+                fetched.update(1)
 
         await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
 
@@ -351,12 +351,12 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
     output.parent.mkdir(parents=True, exist_ok=True)
     done = _read_journal(journal_path)
     pending = [u for u in urls if u["id"] not in done]
-    with open(journal_path, "a", encoding="utf-8") as journal, tqdm(
-        total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url", disable=None
-    ) as progress:
+    with open(journal_path, "a", encoding="utf-8") as journal, progress(
+        total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url"
+    ) as fetched:
         if pending:
             with extraction_pool(cfg) as pool:
-                asyncio.run(_scrape_pending(pending, cfg, pool, journal, progress))
+                asyncio.run(_scrape_pending(pending, cfg, pool, journal, fetched))
     done = _read_journal(journal_path)
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None

@@ -34,10 +34,44 @@ def stage_line(s: dict) -> str:
             f"({reasons}){extra} -> {s['output']} [{s['seconds']:.1f}s]")
 
 
+# What to do when one reason rejects most of what a stage read, by the reason's name (before any "=").
+REMEDIES = {
+    "blocked_address": "the URLs point at private, loopback or link-local addresses, which scrape refuses unless "
+                       "told: --allow-private-addresses ([scrape] allow_private_addresses = true) for a local mirror, "
+                       "or --allow-networks CIDR for one network",
+    "timeout": "the hosts answered too slowly or not at all: check the network, or raise --timeout-s",
+    "connection_error": "the hosts could not be reached: check the network and the URLs",
+    "status": "the sites answered with an error: check the URLs (a 403 or 429 may be a site refusing crawlers: "
+              "--user-agent, --per-host-concurrency)",
+    "robots_disallowed": "the sites' robots.txt disallow --user-agent; without --robots-txt the pages are fetched",
+    "empty_extraction": "the pages gave no main text: try the other extractor (--extractor newspaper or trafilatura)",
+    "duplicate": "the URL lists repeat most of their URLs",
+    "near_duplicate_of": "most documents repeat others: the URL lists may hold mirrors of one site",
+    "exact_duplicate_of": "most documents repeat others word for word: the URL lists may hold mirrors of one site",
+    "language": "most documents are in another language: --language CODE ([clean] language) keeps that one",
+    "language_undetectable": "the documents hold too little text to tell their language",
+    "too_short": "most documents are shorter than --min-tokens ([clean] min_tokens)",
+    "few_stop_words": "Gopher's stop words are English: are the documents in English?",
+}
+
+
+def reject_warning(s: dict) -> str | None:
+    """A warning when one reason rejected more than half of what a stage read, with what to do about it."""
+    if not s["input"] or not s["reasons"]:
+        return None
+    reason, count = max(s["reasons"].items(), key=lambda item: item[1])
+    if 2 * count <= s["input"]:
+        return None
+    remedy = REMEDIES.get(reason.partition("=")[0])
+    return (f"warning: {s['stage']} rejected {count} of {s['input']} ({count / s['input']:.0%}) as {reason}"
+            + (f": {remedy}" if remedy else ""))
+
+
 def dedup_line(clusters: dict) -> str:
     sizes = clusters["cluster_sizes"]
-    return (f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; "
-            f"{clusters['candidate_pairs']} candidate pairs, {clusters['confirmed_pairs']} confirmed")
+    return (f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; {clusters['exact_duplicates']} "
+            f"exact duplicate(s) (same words); {clusters['candidate_pairs']} MinHash candidate pairs, "
+            f"{clusters['confirmed_pairs']} confirmed")
 
 
 def decontaminate_line(info: dict, key_threshold: int) -> str:
@@ -131,11 +165,14 @@ def served_line(stats: dict, seconds: float) -> str:
 
 
 def funnel_lines(record: dict) -> list[str]:
-    """The corpus stages of a run record, one line each (dedup and decontamination with a second line),
-    then the token count."""
+    """The corpus stages of a run record, one line each (dedup and decontamination with a second line, a
+    stage that rejected most of its input with a warning), then the token count."""
     lines = []
     for s in record["funnel"]:
         lines.append(stage_line(s))
+        warning = reject_warning(s)
+        if warning:
+            lines.append("  " + warning)
         if s["stage"] == "dedup":
             lines.append(dedup_line(record["dedup"]))
         if s["stage"] == "decontaminate":

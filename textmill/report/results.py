@@ -9,6 +9,7 @@ from pathlib import Path
 
 from textmill.io.files import atomic_path, read_json_record
 from textmill.io.store import files_under, shown
+from textmill.report.lines import funnel_lines
 
 
 def read_runs(runs: Path) -> list[dict]:
@@ -22,7 +23,8 @@ def run_lines(record: dict, folder: Path) -> list[str]:
     """The end of `textmill run`: the corpus, the model, its evaluation, where the report is, and what got
     worse since the previous run."""
     corpus, train = record["corpus"], record.get("train")
-    lines = [f"textmill run: done: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "
+    lines = ["textmill run: corpus funnel (in, kept and rejected at each stage, with reasons)", *funnel_lines(record),
+             f"textmill run: done: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "
              f"{corpus['dataset']}.bin/.idx"]
     if train:
         valid = f", validation loss {train['valid_loss']:.4f}" if train["valid_loss"] is not None else ""

@@ -22,10 +22,10 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
+from textmill.io.progress import progress as progress_counter
 from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
 from textmill.tokenizers.config import TokenizeConfig
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
@@ -142,7 +142,7 @@ def _batches(records: Iterator[Record], rejects: list[Record]) -> Iterator[tuple
 
 
 def tokenize_files(
-    inputs: list[Path], output_prefix: str | Path, tokenizer: GPT2Tokenizer, cfg: TokenizeConfig, progress: bool | None = None
+    inputs: list[Path], output_prefix: str | Path, tokenizer: GPT2Tokenizer, cfg: TokenizeConfig, progress: bool = True
 ) -> dict:
     """Tokenize documents from loose JSON / Parquet files (in the given order) into one dataset per JSON
     key; returns the manifest. Nothing is left under the final names unless the whole run succeeded."""
@@ -158,8 +158,7 @@ def tokenize_files(
     docs = nbytes = 0
     tokens_by_key: Counter[str] = Counter()
     empty_by_key: Counter[str] = Counter()
-    bar = tqdm(total=input_bytes(inputs, keys), unit="B", unit_scale=True, desc="tokenize",
-               disable=None if progress is None else not progress)  # None: a bar only on a terminal
+    bar = progress_counter(total=input_bytes(inputs, keys), unit="B", unit_scale=True, desc="tokenize", enabled=progress)
     pending: deque = deque()
     last_where = "the start of the input"
 

@@ -279,7 +279,7 @@ def corpus_record(config: str) -> dict:
         if name == "dedup":
             clusters = t.DedupClusters(config)
             timed += [clusters] + [step(config, i) for i in range(n) for step in (t.SignatureShard, t.DedupBandKeys)]
-            timed += [t.DedupBand(config, b) for b in range(settings.dedup.bands + 1)]
+            timed += clusters.requires()  # the band merges
             part["dedup"] = read(clusters.done_file())
         if name == "decontaminate":
             parts = range(t.shuffle_shard_count(config))

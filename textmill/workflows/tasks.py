@@ -398,7 +398,7 @@ class SignatureShard(ShardTask):
     stage = "3-minhash"
 
     def own_key(self) -> str:
-        return key_of(self.requires().key(), self.settings.dedup.signature_params())
+        return key_of(self.requires().key(), self.settings.dedup.signature_params(), "words_hash")
 
     def requires(self):
         return scraped(self.config, self.shard)
@@ -418,7 +418,8 @@ class DedupBandKeys(ShardTask):
     stage = "3-lsh"
 
     def own_key(self) -> str:
-        return key_of(SignatureShard(self.config, self.shard).key(), self.settings.dedup.bands)
+        return key_of(SignatureShard(self.config, self.shard).key(), self.settings.dedup.bands,
+                      self.settings.dedup.exact_duplicates)
 
     def requires(self):
         return SignatureShard(self.config, self.shard)
@@ -438,8 +439,9 @@ class DedupBandKeys(ShardTask):
 
 
 class DedupBand(RunTask):
-    """The candidate pairs of one LSH band (band number `bands`: documents with the same id), from a merge of
-    every shard's sorted keys; its file lies in the clusters' folder."""
+    """The candidate pairs of one LSH band (band number `bands`: documents with the same id; `bands + 1`:
+    with the same words hash), from a merge of every shard's sorted keys; its file lies in the clusters'
+    folder."""
 
     stage = "3-dedup"
     band = luigi.IntParameter(description="LSH band number")
@@ -472,7 +474,8 @@ class DedupClusters(RunTask):
         return key_of(shards, self.settings.dedup.params())
 
     def requires(self):
-        return [DedupBand(self.config, b) for b in range(self.settings.dedup.bands + 1)]
+        dedup = self.settings.dedup
+        return [DedupBand(self.config, b) for b in range(dedup.bands + 1 + dedup.exact_duplicates)]
 
     def clusters_file(self) -> Path:
         return self.folder() / "clusters.json"
@@ -484,9 +487,11 @@ class DedupClusters(RunTask):
         pairs = [fetch(t.done_file()) for t in self.requires()]
         counts = [read_json(DedupBandKeys(self.config, i).done_file())["rows"] for i in range(n)]
         signatures = [fetch(SignatureShard(self.config, i).done_file()) for i in range(n)]
-        clusters = cluster_pairs(pairs[:-1], pairs[-1:], signatures, counts, self.settings.dedup)
+        bands = self.settings.dedup.bands
+        clusters = cluster_pairs(pairs[:bands], pairs[bands : bands + 1], pairs[bands + 1 :], signatures, counts,
+                                 self.settings.dedup)
         write_clusters(clusters, self.settings.dedup, self.clusters_file())
-        self.finish(**{k: v for k, v in clusters.items() if k != "duplicates"})
+        self.finish(**{k: v for k, v in clusters.items() if k not in ("duplicates", "exact")})
 
     def written(self) -> list[Path]:
         return [self.clusters_file(), self.done_file()]
@@ -504,9 +509,10 @@ class DedupShard(ShardTask):
     def make(self):
         from textmill.pipeline.dedup import filter_shard
 
-        duplicates = read_json(DedupClusters(self.config).clusters_file())["duplicates"]
+        clusters = read_json(DedupClusters(self.config).clusters_file())
         shard = fetch(scraped(self.config, self.shard).shard_file())
-        filter_shard(shard, self.shard_file(), duplicates, self.settings.dedup, [shard])
+        filter_shard(shard, self.shard_file(), clusters["duplicates"], set(clusters.get("exact", ())), self.settings.dedup,
+                     [shard])
 
 
 def given_tokenizer(settings: RunConfig):
@@ -907,7 +913,7 @@ class TokenizeShard(RunTask):
 
         tokenizer = GPT2Tokenizer(*map(fetch, tokenizer_files(self.config, self.settings)))
         tokenize_files([fetch(corpus_task(self.config).shard(self.part))], self.prefix(), tokenizer,
-                       dataclasses.replace(self.settings.tokenize, workers=1), progress=False)
+                       dataclasses.replace(self.settings.tokenize, workers=1))
 
 
 class MergeDataset(PerShuffledShard, RunTask):
@@ -1070,7 +1076,7 @@ class EvaluateLambada(RunTask):
         from textmill.evaluate.lambada import evaluate_lambada
 
         checkpoints, strict = TrainGPT(self.config).trained(), self.settings.evaluate.strict
-        self.finish(results=[evaluate_lambada(checkpoints, path, strict, output=output)
+        self.finish(results=[evaluate_lambada(checkpoints, path, strict, output=output, progress=True)
                              for path, output in zip(self.settings.evaluate.lambada, self.outputs())])
 
     def outputs(self) -> list[Path]:

@@ -1,0 +1,41 @@
+"""`textmill inspect PATH`: look at what a stage wrote (textmill.report.inspect)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textmill.cli.options import ArgumentDefaults, add_tokenizer_files
+from textmill.errors import TextmillError
+
+
+def cmd_inspect(args) -> str:
+    from textmill.report.inspect import Selection, inspect
+
+    if args.head < 0:
+        raise TextmillError(f"--head must be 0 or more, not {args.head}")
+    if (args.vocab_file is None) != (args.merge_file is None):
+        raise TextmillError("--vocab-file and --merge-file go together")
+    tokenizer = None
+    if args.vocab_file:
+        from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+        tokenizer = GPT2Tokenizer(args.vocab_file, args.merge_file)
+    selection = Selection(1 if args.id or args.url else args.head, args.reason, args.id, args.url)
+    return "\n".join(inspect(args.path, selection, tokenizer))
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("inspect", help="Show what a stage's output, rejects, manifest or token files hold.",
+                       description="Show what a file textmill wrote holds: a stage's shard or rejects (Parquet), loose "
+                       "JSON lines, a manifest, a stage's folder (each shard's counts), or Megatron token files "
+                       "(PREFIX, PREFIX.bin or PREFIX.idx). Records are shown with their id, URL, title, reject "
+                       "reason and the start of their text; a reject that names another document "
+                       "(near_duplicate_of=<id>) is shown with that document's URL.", formatter_class=ArgumentDefaults)
+    p.add_argument("path", type=Path, help="the file, folder or token-file prefix to look at")
+    p.add_argument("--head", type=int, default=5, help="how many records (or token documents) to show")
+    p.add_argument("--reason", help="only rejects with this reason (its name, e.g. near_duplicate_of, or the whole "
+                   "reason, e.g. status=404)")
+    p.add_argument("--id", help="only the record with this id (for token files: the document number)")
+    p.add_argument("--url", help="only the record with this URL")
+    add_tokenizer_files(p, "decode token files' documents back to text with this tokenizer")
+    p.set_defaults(func=cmd_inspect)
