@@ -179,9 +179,12 @@ def clean_pieces(text: str, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> lis
     return [p.strip() for p in pieces] if touched else None
 
 
+TOUCHED_LISTED = 20  # documents a shard's manifest names among those the cuts touched
+
+
 def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> dict:
     """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
-    stats = {"documents_touched": 0, "characters_removed": 0}
+    stats = {"documents_touched": 0, "characters_removed": 0, "touched": []}
 
     def decide(row: dict) -> Verdict:
         text = row["text"] or ""
@@ -189,10 +192,15 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
         if pieces is None:
             return row, None
         stats["documents_touched"] += 1
+        removed = len(text) - sum(len(p) for p in pieces or [])
         if not pieces or len(pieces) > cfg.max_pieces:
-            stats["characters_removed"] += len(text)
+            removed = len(text)
+        stats["characters_removed"] += removed
+        if len(stats["touched"]) < TOUCHED_LISTED:  # which documents were cut, for the report
+            stats["touched"].append({"id": row["id"], "url": row.get("url"), "pieces": len(pieces or []),
+                                     "characters_removed": removed})
+        if not pieces or len(pieces) > cfg.max_pieces:
             return row, "contaminated_no_clean_fragment" if not pieces else "contaminated_too_many_pieces"
-        stats["characters_removed"] += len(text) - sum(len(p) for p in pieces)
         return [{**row, "id": f"{row['id']}-{k}", "text": p} for k, p in enumerate(pieces)], None
 
     return filter_documents("decontaminate", shard, output, cfg.params(), decide, [shard, *cfg.eval_files], stats)

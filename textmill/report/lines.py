@@ -17,7 +17,7 @@ def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: floa
     written = sum(m.get("bytes") or kept_bytes(Path(output) / m["output"]) for m in manifests)
     return {"stage": stage, "shards": total["shards"], "input": c.get("input", 0), "kept": c.get("kept", 0),
             "rejected": c.get("rejected", 0), "rows_out": c.get("output_rows", c.get("kept", 0)),
-            "reasons": total["reasons"], "output": shown(Path(output)), "seconds": seconds,
+            "reasons": total["reasons"], "output": shown(Path(output)), "seconds": seconds, "bytes": written,
             "records_per_s": round(c.get("input", 0) / seconds) if seconds > 0 else None,
             "mb_per_s": round(written / 2**20 / seconds, 3) if seconds > 0 else None}
 

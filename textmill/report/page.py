@@ -61,17 +61,28 @@ def cluster_chart(sizes: list[int]) -> str:
     return png(fig)
 
 
-def loss_chart(metrics: list[dict]) -> str:
-    fig, ax = figure()
+def training_chart(metrics: list[dict]) -> str:
+    """The loss, and beside it the learning rate and the throughput, against the iteration."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.0))
+    loss, lr, speed = fig.subplots(1, 3)
     train = [(m["iteration"], m["lm_loss"]) for m in metrics if m.get("lm_loss") is not None]
     valid = [(m["iteration"], m["valid_loss"]) for m in metrics if m.get("valid_loss") is not None]
     if train:
-        ax.plot(*zip(*train), marker=".", label="training loss")
+        loss.plot(*zip(*train), marker=".", label="training loss")
     if valid:
-        ax.plot(*zip(*valid), marker="o", label="validation loss")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("cross-entropy (nats per token)")
-    ax.legend(fontsize=8)
+        loss.plot(*zip(*valid), marker="o", label="validation loss")
+    loss.set_ylabel("cross-entropy (nats per token)")
+    loss.legend(fontsize=8)
+    for ax, key, label in ((lr, "lr", "learning rate"), (speed, "tokens_per_s", "tokens/s")):
+        points = [(m["iteration"], m[key]) for m in metrics if m.get(key) is not None]
+        if points:
+            ax.plot(*zip(*points), color="#55a868")
+        ax.set_ylabel(label)
+    for ax in (loss, lr, speed):
+        ax.set_xlabel("iteration")
+    fig.tight_layout()
     return png(fig)
 
 
@@ -81,15 +92,60 @@ def times_chart(seconds: dict[str, float]) -> str:
     ax.barh(names, [seconds[n] for n in names], color="#8172b3")
     for y, name in enumerate(names):
         ax.text(seconds[name], y, f" {seconds[name]:.1f}s", va="center", fontsize=8)
-    ax.set_xlabel("seconds (the stage's tasks, when they last ran)")
-    ax.set_xlim(0, max(seconds.values()) * 1.25 or 1)
+    # Log scale: the corpus stages take seconds where training takes hours, and both stay readable.
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds, log scale (the stage's tasks, when they last ran)")
+    ax.set_xlim(min(0.05, *(v for v in seconds.values() if v > 0)) if any(v > 0 for v in seconds.values()) else 0.05,
+                max(max(seconds.values()) * 3, 1))
     return png(fig)
 
 
-def table(rows: list[list], header: list[str]) -> str:
+class Markup(str):
+    """A table cell that is HTML already (a link), not text to escape."""
+
+
+def table(rows: list[list], header: list[str], text: bool = False) -> str:
+    """An HTML table; `text`: its cells are text, aligned left (numbers are aligned right)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    body = "".join("<tr>" + "".join(f"<td>{v if isinstance(v, Markup) else html.escape(cell(v))}</td>" for v in row)
+                   + "</tr>" for row in rows)
+    kind = ' class="text"' if text else ""
+    return f"<table{kind}><tr>{head}</tr>{body}</table>"
+
+
+def link(location: str | None, text: str | None = None) -> Markup:
+    """A link to a local file or folder, or to a web page; other locations (a store's URLs) as text."""
+    if not location:
+        return Markup("-")
+    shown_text = html.escape(text or location)
+    if location.startswith(("http://", "https://")):
+        return Markup(f'<a href="{html.escape(location)}">{shown_text}</a>')
+    if location.startswith("/"):
+        return Markup(f'<a href="{html.escape(Path(location).as_uri())}">{shown_text}</a>')
+    return Markup(shown_text)
+
+
+def examples_section(samples: dict) -> list[str]:
+    """Per stage, a few documents it kept and a few it rejected for each reason."""
+    parts = ["<h2>Examples</h2>", "<p>A few records each stage kept, and a few it rejected for each reason "
+             "(the first of its first shards).</p>"]
+    for stage, found in samples.items():
+        rows = [["kept", link(e["url"], e["url"] or e["id"]), e["text"] or ""] for e in found["kept"]]
+        rows += [[e["reason"], link(e["url"], e["url"] or e["id"]), e["text"] or ""]
+                 for examples in found["rejected"].values() for e in examples]
+        parts += [f"<h3>{html.escape(stage)}</h3>", table(rows, ["", "URL (or id)", "text, first lines"], text=True)]
+    return parts
+
+
+def document_cell(e: dict) -> Markup:
+    """A document's link and the first lines of its text, in one cell."""
+    return Markup(f"{link(e['url'], e['url'] or e['id'])}<br>{html.escape(e['text'] or '')}")
+
+
+def pairs_section(pairs: list[dict]) -> list[str]:
+    rows = [[document_cell(p["duplicate"]), document_cell(p["kept"]), "exact" if p["exact"] else "near"] for p in pairs]
+    return ["<h3>Duplicates beside the documents they repeat</h3>",
+            table(rows, ["removed", "kept", "duplicate"], text=True)]
 
 
 def histogram(values) -> dict:
@@ -102,6 +158,60 @@ def histogram(values) -> dict:
     counts, edges = np.histogram(values, bins=40)
     return {"documents": int(len(values)), "median": float(np.median(values)), "mean": float(values.mean()),
             "max": int(values.max()), "counts": counts.tolist(), "edges": edges.tolist()}
+
+
+KEPT_EXAMPLES, REJECTED_EXAMPLES, SCANNED_SHARDS = 3, 2, 8  # per stage; per reason; the shards read for them
+EXCERPT_CHARS = 160
+
+
+def excerpt(text: str | None) -> str | None:
+    """The first lines of a text, at most EXCERPT_CHARS characters."""
+    if text is None:
+        return None
+    lines = " / ".join(line.strip() for line in text.splitlines() if line.strip())
+    return lines if len(lines) <= EXCERPT_CHARS else lines[:EXCERPT_CHARS] + " ..."
+
+
+def example(row: dict) -> dict:
+    return {"id": row.get("id"), "url": row.get("url"), "text": excerpt(row.get("text"))}
+
+
+def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
+    """A few records a stage kept, and a few it rejected for each reason, from its first shards (local)."""
+    from textmill.pipeline.shards import read_rows, reason_key, rejects_path
+
+    kept: list[dict] = []
+    for shard in shards[:SCANNED_SHARDS]:
+        for row in read_rows(shard):
+            if len(kept) == KEPT_EXAMPLES:
+                break
+            kept.append(example(row))
+    rejected: dict[str, list[dict]] = {reason: [] for reason in reasons}
+    for shard in shards[:SCANNED_SHARDS]:
+        if all(len(rows) == REJECTED_EXAMPLES for rows in rejected.values()) or not rejects_path(shard).exists():
+            continue
+        for row in read_rows(rejects_path(shard)):
+            rows = rejected.get(reason_key(row["reason"]))
+            if rows is not None and len(rows) < REJECTED_EXAMPLES:
+                rows.append({**example(row), "reason": row["reason"]})
+    return {"kept": kept, "rejected": {reason: rows for reason, rows in rejected.items() if rows}}
+
+
+def duplicate_pairs(duplicates: dict[str, str], exact: set[str], shards: list[Path], count: int = 3) -> list[dict]:
+    """The first `count` duplicates with the documents they duplicate, read from dedup's shards (the kept
+    document) and their rejects (the duplicate)."""
+    from textmill.pipeline.shards import read_rows, rejects_path
+
+    wanted = dict(list(duplicates.items())[:count])
+    ids = set(wanted) | set(wanted.values())
+    found: dict[str, dict] = {}
+    for shard in shards:
+        for path in (shard, rejects_path(shard)):
+            if path.exists() and len(found) < len(ids):
+                found.update({row["id"]: example(row) for row in read_rows(path, columns=["id", "url", "text"])
+                              if row["id"] in ids})
+    return [{"duplicate": found[d], "kept": found[k], "exact": d in exact}
+            for d, k in wanted.items() if d in found and k in found]
 
 
 def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
@@ -119,7 +229,8 @@ def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
 
 STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}
-th{background:#eee}td:first-child{text-align:left}.bad{color:#b00}img{max-width:100%}"""
+th{background:#eee}td:first-child{text-align:left}.bad{color:#b00}img{max-width:100%}
+table.text td{text-align:left;vertical-align:top;font-size:90%}"""
 
 
 def render_report(record: dict, history: list[dict]) -> str:
@@ -133,11 +244,14 @@ def render_report(record: dict, history: list[dict]) -> str:
     funnel = record.get("funnel") or []
     if funnel:
         parts += ["<h2>Corpus funnel</h2>", funnel_chart(funnel),
-                  table([[s["stage"], s["input"], s["kept"], s["rejected"],
+                  table([[link(s["output"], s["stage"]), s["input"], s["kept"], s["rejected"],
                           ", ".join(f"{k} {v}" for k, v in s["reasons"].items()) or "-",
-                          s.get("records_per_s"), s.get("mb_per_s")] for s in funnel],
-                        ["stage", "in", "kept", "rejected", "rejected because", "records/s per worker",
-                         "MB/s per worker"])]
+                          s.get("records_per_s"), s.get("mb_per_s"),
+                          round(s["bytes"] / 2**20, 2) if s.get("bytes") is not None else None] for s in funnel],
+                        ["stage (its folder)", "in", "kept", "rejected", "rejected because", "records/s per worker",
+                         "MB/s per worker", "MB written"])]
+    if record.get("samples"):
+        parts += examples_section(record["samples"])
     if record.get("dedup"):
         sizes = record["dedup"]["cluster_sizes"]
         parts.append("<h2>Near-duplicate clusters</h2>")
@@ -145,12 +259,24 @@ def render_report(record: dict, history: list[dict]) -> str:
                      f"{sum(sizes) - len(sizes)} removed (one kept per cluster).</p>")
         if sizes:
             parts.append(cluster_chart(sizes))
+        if record.get("duplicate_pairs"):
+            parts += pairs_section(record["duplicate_pairs"])
+    decontaminated = record.get("decontaminate")
+    if decontaminated:
+        parts += ["<h2>Decontamination</h2>",
+                  f"<p>{decontaminated['used']:,} of {decontaminated['eval_ngrams']:,} evaluation n-grams used; "
+                  f"{decontaminated['documents_touched']:,} document(s) cut, {decontaminated['characters_removed']:,} "
+                  "characters removed.</p>"]
+        if decontaminated.get("touched"):
+            parts.append(table([[link(d["url"], d["url"] or d["id"]), d["pieces"], d["characters_removed"]]
+                                for d in decontaminated["touched"]],
+                               ["document cut", "pieces left", "characters removed"]))
     corpus = record.get("corpus")
     if corpus:
         parts += ["<h2>Documents</h2>", histogram_chart(corpus["histograms"]["characters"], "characters per document"),
                   histogram_chart(corpus["histograms"]["tokens"], "tokens per document"),
                   f"<p>{corpus['documents']:,} documents, {corpus['tokens']:,} tokens in "
-                  f"{html.escape(corpus['dataset'])}.bin/.idx</p>"]
+                  f"{link(corpus['dataset'] + '.bin', corpus['dataset'] + '.bin')}/.idx</p>"]
     train = record.get("train")
     if train:
         from textmill.trainer.metrics import read_metrics
@@ -159,9 +285,10 @@ def render_report(record: dict, history: list[dict]) -> str:
         started = f", starting from {train['started_from']}" if train.get("started_from") else ""
         parts += ["<h2>Training</h2>",
                   f"<p>{train['iterations']} iterations{html.escape(started)}; final training loss "
-                  f"{cell(train['lm_loss'])}, validation loss {cell(train['valid_loss'])}.</p>"]
+                  f"{cell(train['lm_loss'])}, validation loss {cell(train['valid_loss'])}; checkpoints in "
+                  f"{link(train['checkpoints'])}.</p>"]
         if metrics:
-            parts.append(loss_chart(metrics))
+            parts.append(training_chart(metrics))
     if record.get("evaluate"):
         parts += ["<h2>Evaluation</h2>",
                   table([[r["name"], f"{r['accuracy']:.2%}", f"{r['correct']}/{r['total']}", r["perplexity"]]

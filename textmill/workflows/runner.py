@@ -249,7 +249,7 @@ def corpus_record(config: str) -> dict:
     rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
     merged token files."""
     from textmill.report.lines import stage_summary
-    from textmill.report.page import corpus_histograms
+    from textmill.report.page import SCANNED_SHARDS, corpus_histograms, duplicate_pairs, stage_examples
     from textmill.workflows import tasks as t
 
     settings = run_config(config)
@@ -266,9 +266,11 @@ def corpus_record(config: str) -> dict:
         if not all(x.complete() for x in tasks):
             return part
         if isinstance(tasks[0], t.ShardTask):  # its done file is its shard's manifest
+            shards = [x.shard_file() for x in tasks]
             manifests = [read(x.done_file()) for x in tasks]
         else:
-            manifests = [read(manifest_path(p)) for p in tasks[0].shards()]
+            shards = tasks[0].shards()
+            manifests = [read(manifest_path(p)) for p in shards]
         timed = list(tasks)
         if name == "blacklist":
             timed += [t.BlacklistCheck(config, i) for i in range(n)]
@@ -281,18 +283,37 @@ def corpus_record(config: str) -> dict:
             timed += [clusters] + [step(config, i) for i in range(n) for step in (t.SignatureShard, t.DedupBandKeys)]
             timed += clusters.requires()  # the band merges
             part["dedup"] = read(clusters.done_file())
+            found = read(clusters.clusters_file())
+            part["duplicate_pairs"] = duplicate_pairs(found.get("duplicates", {}), set(found.get("exact", [])),
+                                                      local_copies(shards[:SCANNED_SHARDS]))
         if name == "decontaminate":
             parts = range(t.shuffle_shard_count(config))
             timed += [t.DecontaminateSelect(config)] + [step(config, j) for j in parts
                                                         for step in (t.DecontaminateCount, t.DecontaminateShard)]
-            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold}
-        part["funnel"].append(stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed)))
+            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold,
+                                     "touched": [d for m in manifests for d in m.get("touched", [])][:20]}
+        summary = stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed))
+        part["funnel"].append(summary)
+        part.setdefault("samples", {})[name] = stage_examples(local_copies(shards[:SCANNED_SHARDS]), list(summary["reasons"]))
     merged = t.MergeDataset(config)
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
         part["corpus"]["histograms"] = earlier_histograms(settings.run.work_dir, part["corpus"]["dataset"]) or \
             corpus_histograms([str(fetch(p)) for p in t.corpus_task(config).shards()], fetched_dataset(merged))
     return part
+
+
+def local_copies(shards: list[Path]) -> list[Path]:
+    """The shards, and their rejects where they have them, current on this machine (for the report's examples)."""
+    from textmill.pipeline.shards import rejects_path
+
+    for shard in shards:
+        fetch(shard)
+        try:
+            fetch(rejects_path(shard))
+        except FileNotFoundError:
+            pass  # a stage that rejects nothing (the shuffle) writes none
+    return shards
 
 
 def fetched_dataset(merged) -> str:
