@@ -3,13 +3,14 @@ dataclass agree on every field of every table, old spellings still work with a n
 field leaves the work-folder keys of existing runs as they were."""
 
 import tomllib
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from textmill.cli import build_parser
 from textmill.config import TABLES, TRAINER_SET_BY_WORKFLOW, example_config, load_config
+from textmill.errors import TextmillError
 from textmill.pipeline.config import DecontaminateConfig, DedupConfig, ScrapeConfig
 from textmill.settings import from_namespace, kind_of, table_value
 from textmill.trainer.config import TrainConfig
@@ -60,7 +61,7 @@ def test_command_line_example_config_and_dataclass_agree_on_every_field(name, cl
             assert f"\n# {f.name} =" in "\n" + section, f.name
         else:
             read = table_value(kind_of(cls, f), example[f.name], f.name, BASE)
-            assert read == against_base(f.metadata["example"] if f.default is MISSING else value), f.name
+            assert read == against_base(value if f.metadata.get("example") is None else f.metadata["example"]), f.name
     if cls.__name__ in COMMANDS:  # the workflow's own tables have no command
         parsed = build_parser().parse_args(COMMANDS[cls.__name__])
         assert [f.name for f in fields(cls) if not hasattr(parsed, f.name)] == []
@@ -128,3 +129,47 @@ def test_every_repeatable_option_starts_empty():
             kind = kind_of(cls, f)
             if kind.many and not f.metadata.get("nargs") and cls.__name__ in COMMANDS:
                 assert f.default == (), f"{cls.__name__}.{f.name}"
+
+
+# The flags of Megatron-LM's examples/pretrain_gpt.sh and examples/pretrain_gpt3_175B.sh (NVIDIA/Megatron-LM,
+# the versions with --data-impl and --checkpoint-activations), sized down: the same flags, small numbers.
+PRETRAIN_GPT_SH = """--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 4 --global-batch-size 8
+    --seq-length 64 --max-position-embeddings 64 --train-iters 6 --lr-decay-iters 4 --save {save} --load {save}
+    --data-path {data} --vocab-file {vocab} --merge-file {merges} --data-impl mmap --split 949,50,1
+    --distributed-backend nccl --lr 0.00015 --min-lr 1.0e-5 --lr-decay-style cosine --weight-decay 1e-2
+    --clip-grad 1.0 --lr-warmup-fraction .01 --checkpoint-activations --log-interval 2 --save-interval 3
+    --eval-interval 3 --eval-iters 1 --fp16"""
+GPT3_175B_SH = """--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --num-layers 2 --hidden-size 64
+    --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 1 --global-batch-size 16
+    --train-samples 146484 --lr-decay-samples 126953 --lr-warmup-samples 183 --lr 6.0e-5 --min-lr 6.0e-6
+    --lr-decay-style cosine --log-interval 10 --eval-iters 40 --eval-interval 1000 --data-path 0.2 a 0.3 b 0.5 c
+    --vocab-file v.json --merge-file m.txt --save-interval 1000 --save ckpt --load ckpt --split 98,2,0
+    --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006
+    --tensorboard-dir tb --fp16 --checkpoint-activations --use-flash-attn --tokenizer-type GPT2BPETokenizer"""
+
+
+def test_megatrons_example_flag_lines_parse_and_mean_what_they_mean_there():
+    config = from_namespace(TrainConfig, build_parser().parse_args(["train", *GPT3_175B_SH.split()]))
+    # Megatron's sample-based schedule, in iterations of the global batch.
+    assert (config.train_iters, config.lr_decay_iters, config.lr_warmup_iters) == (146484 // 16, 7935, 11)
+    assert config.recompute == "full" and config.use_flash_attn and config.data_path == ("0.2", "a", "0.3", "b", "0.5", "c")
+    assert (config.adam_beta2, config.init_method_std, config.weight_decay) == (0.95, 0.006, 0.1)
+    # The config reads one way: what it gives back to a command line is iterations, and parses to itself.
+    assert "--train-samples" not in config.to_argv()
+    assert from_namespace(TrainConfig, build_parser().parse_args(["train", *config.to_argv()])) == config
+    ramp = build_parser().parse_args(["train", *GPT3_175B_SH.split(), "--rampup-batch-size", "16", "16", "5859375"])
+    with pytest.raises(TextmillError, match="--rampup-batch-size is not supported"):
+        from_namespace(TrainConfig, ramp)
+    both = build_parser().parse_args(["train", *GPT3_175B_SH.split(), "--train-iters", "5"])
+    with pytest.raises(TextmillError, match="--train-samples and --train-iters exclude each other"):
+        from_namespace(TrainConfig, both)
+
+
+def test_megatrons_pretrain_gpt_sh_line_trains_on_a_cpu(corpus, tmp_path):
+    from conftest import run_cli
+
+    line = PRETRAIN_GPT_SH.format(save=tmp_path / "ckpt", data=corpus["prefix"], vocab=corpus["vocab"],
+                                  merges=corpus["merges"]).split()
+    r = run_cli("train", *[flag for flag in line if flag != "--fp16"], "--device", "cpu")  # fp16 needs a GPU
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "train: 6 iterations" in r.stdout and (tmp_path / "ckpt" / "iter_0000006").is_dir()

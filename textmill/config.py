@@ -213,6 +213,8 @@ def read_tables(path: Path, raw: dict) -> dict:
 def trainer_config(table: dict, path: Path, **given) -> tuple[TrainConfig, dict]:
     """The TrainConfig of [train]'s trainer keys, and those keys' checked values."""
     defaults = {"data_path": ("unused",), **given}
+    if "train_samples" in table:  # Megatron's sample-based length, instead of train_iters
+        defaults.pop("train_iters", None)
     return from_table(TrainConfig, "train", table, path.parent, skip=TRAINER_SET_BY_WORKFLOW,
                       **{k: v for k, v in defaults.items() if k not in table})
 

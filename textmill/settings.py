@@ -272,13 +272,15 @@ def resolve(value: str, base: Path) -> Path:
 
 def example_table(section: str, cls, *, skip: tuple[str, ...] = (), note: str = "") -> str:
     """The TOML table `[section]` with every field of `cls` (except `skip`) at its default and its help as
-    a comment. A field without a default shows its example value; one whose default is None (which TOML
-    cannot write) is shown commented out."""
+    a comment. A field without a default, or defaulting to None but for an alternative (train_iters, or
+    train_samples), shows its example value; another whose default is None (which TOML cannot write) is
+    shown commented out."""
     lines = [f"[{section}]"] + [f"# {line}" for line in note.splitlines()]
     for f in fields(cls):
         if f.name in skip:
             continue
-        value = f.default if has_default(f) else f.metadata["example"]
+        example = f.metadata.get("example")
+        value = example if example is not None else f.default if has_default(f) else None
         text = f"# {f.name} =" if value is None and kind_of(cls, f).base is not Path else f"{f.name} = {toml_value(value)}"
         column = max(len(text) + 2, EXAMPLE_COMMENT_COLUMN)
         help = textwrap.wrap(f.metadata["help"], EXAMPLE_WIDTH - column - 2) or [""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from textmill.errors import TextmillError
 from textmill.settings import SEED_MAX, Settings, setting
@@ -26,6 +27,9 @@ class TokenizeConfig(Settings):
                                "does so only with --append-eod)")
     workers: int = setting(2, "encoding threads (the encoder runs outside the GIL; does not change the output)",
                            least=1, keyed=False)
+    tokenizer_type: Literal["GPT2BPETokenizer"] = setting(
+        "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT-2 BPE (from vocab_file and merge_file, or trained), "
+        "the one textmill has", keyed=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -72,16 +72,31 @@ class TrainConfig(Settings):
                                       group=DATA)
     vocab_size: int | None = setting(None, "vocabulary size when no --vocab-file is given", least=1, group=DATA)
     no_index_cache: bool = setting(False, "rebuild the sample index instead of caching it beside the data", group=DATA)
+    tokenizer_type: Literal["GPT2BPETokenizer"] = setting(
+        "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT-2 BPE from --vocab-file and --merge-file, the one "
+        "textmill has", group=DATA)
+    data_impl: Literal["mmap"] = setting("mmap", "Megatron's older flag for the data format: textmill reads its mmap "
+                                         ".bin/.idx files", group=DATA)
     # training
     micro_batch_size: int = setting(4, "sequences per forward/backward pass", least=1, group=TRAINING)
     global_batch_size: int = setting(8, "sequences per optimizer step (gradient accumulation)", least=1, group=TRAINING)
-    train_iters: int = setting(help="optimizer steps to train for", least=1, example=300, group=TRAINING)
+    rampup_batch_size: tuple[int, ...] = setting((), "Megatron's START INCREMENT SAMPLES batch-size ramp: not "
+                                                 "supported (textmill trains at --global-batch-size from the start)",
+                                                 nargs="+", group=TRAINING)
+    train_iters: int | None = setting(None, "optimizer steps to train for (or give --train-samples)", least=1, example=300,
+                                      group=TRAINING)
+    train_samples: int | None = setting(None, "sequences to train on, as Megatron's GPT-3 scripts give it: "
+                                        "--train-iters is this / --global-batch-size", least=1, group=TRAINING)
     lr: float = setting(6e-4, "peak learning rate", least=0, group=TRAINING)
     min_lr: float = setting(0.0, "learning rate at the end of the decay", least=0, group=TRAINING)
     lr_decay_style: Literal["cosine", "linear", "constant"] = setting("cosine", "decay after warmup", group=TRAINING)
     lr_decay_iters: int | None = setting(None, "iterations of warmup + decay (default: --train-iters)", least=1,
                                          group=TRAINING)
+    lr_decay_samples: int | None = setting(None, "--lr-decay-iters in sequences (divided by --global-batch-size, "
+                                           "rounded)", least=1, group=TRAINING)
     lr_warmup_iters: int = setting(0, "iterations of linear warmup from 0", least=0, group=TRAINING)
+    lr_warmup_samples: int | None = setting(None, "--lr-warmup-iters in sequences (divided by --global-batch-size, "
+                                            "rounded)", least=0, group=TRAINING)
     lr_warmup_fraction: float | None = setting(None, "warmup as a fraction of --lr-decay-iters (overrides "
                                                "--lr-warmup-iters)", least=0, most=1, group=TRAINING)
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and norms)", least=0, group=TRAINING)
@@ -114,6 +129,12 @@ class TrainConfig(Settings):
         "one piece after it. FSDP2 always reduce-scatters per layer during backward", group=PARALLEL)
     recompute_activations: bool = setting(False, "selective activation recomputation (same as --recompute-granularity "
                                           "selective)", group=PARALLEL)
+    checkpoint_activations: bool = setting(False, "Megatron's older name for --recompute-granularity full", group=PARALLEL)
+    use_flash_attn: bool = setting(False, "accepted for Megatron's scripts: attention always runs through torch's "
+                                   "scaled_dot_product_attention, which takes a flash kernel where the GPU and dtype "
+                                   "allow it", group=PARALLEL)
+    distributed_backend: Literal["nccl", "gloo"] | None = setting(
+        None, "accepted for Megatron's scripts: textmill uses NCCL on GPUs and gloo on CPUs", group=PARALLEL)
     recompute_granularity: Literal["full", "selective"] | None = setting(
         None, "recompute activations in the backward pass to save memory: full = whole layers, selective = the "
         "attention core", group=PARALLEL)
@@ -142,6 +163,34 @@ class TrainConfig(Settings):
         super().__post_init__()
         if self.bf16 and self.fp16:
             raise TextmillError("--bf16 and --fp16 exclude each other")
+        if self.rampup_batch_size:
+            raise TextmillError("--rampup-batch-size is not supported: textmill trains at --global-batch-size from the "
+                                "first step; drop the flag (the run then takes --train-samples at that batch size)")
+        self.samples_as_iterations()
+        if self.checkpoint_activations:  # the newer spelling, so that the config reads one way
+            if self.recompute_granularity == "selective":
+                raise TextmillError("--checkpoint-activations (full recomputation) and --recompute-granularity selective "
+                                    "exclude each other")
+            object.__setattr__(self, "recompute_granularity", "full")
+            object.__setattr__(self, "checkpoint_activations", False)
+
+    def samples_as_iterations(self) -> None:
+        """Megatron's sample-based schedule in iterations of --global-batch-size sequences (a frozen config, so
+        set once here): --train-samples, --lr-decay-samples and --lr-warmup-samples become their --*-iters."""
+        pairs = (("train_samples", "train_iters"), ("lr_decay_samples", "lr_decay_iters"),
+                 ("lr_warmup_samples", "lr_warmup_iters"))
+        for samples, iters in pairs:
+            value = getattr(self, samples)
+            if value is None:
+                continue
+            if getattr(self, iters) not in (None, 0):
+                raise TextmillError(f"--{samples.replace('_', '-')} and --{iters.replace('_', '-')} exclude each other")
+            count = value // self.global_batch_size if samples == "train_samples" else round(value / self.global_batch_size)
+            object.__setattr__(self, iters, count)
+            object.__setattr__(self, samples, None)
+        if self.train_iters is None or self.train_iters < 1:
+            raise TextmillError("needs train_iters (--train-iters), or train_samples (--train-samples) of at least "
+                                "global_batch_size")
 
     @property
     def recompute(self) -> str | None:
