@@ -62,6 +62,15 @@ def test_data_parallel_gives_the_single_process_curve(corpus, reference, tmp_pat
     assert len(list((tmp_path / "ckpt" / "iter_0000006").glob("__*_0.distcp"))) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "fsdp2"])
+def test_compiled_blocks_under_data_parallelism_give_the_single_process_curve(corpus, reference, tmp_path, sharded):
+    """--compile with DDP and with FSDP2 (the distributed optimizer), to float tolerance of the eager curve."""
+    train, valid = distributed(corpus, tmp_path / "ckpt", 2, 6, use_distributed_optimizer=sharded, compile=True)
+    assert_same_curve(train, reference[0], rel=1e-4)
+    assert_same_curve(valid, reference[1], rel=1e-4)
+
+
 TP, PP, SP = dict(tensor_model_parallel_size=2), dict(pipeline_model_parallel_size=2), dict(sequence_parallel=True)
 LAYOUTS = {  # name: (processes, settings, expected parallel sizes)
     "tp2": (2, TP, {"dp": 1, "tp": 2, "pp": 1}),

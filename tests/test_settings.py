@@ -173,3 +173,20 @@ def test_megatrons_pretrain_gpt_sh_line_trains_on_a_cpu(corpus, tmp_path):
     r = run_cli("train", *[flag for flag in line if flag != "--fp16"], "--device", "cpu")  # fp16 needs a GPU
     assert r.returncode == 0, r.stderr[-2000:]
     assert "train: 6 iterations" in r.stdout and (tmp_path / "ckpt" / "iter_0000006").is_dir()
+
+
+def test_weights_and_biases_logging_with_megatrons_flags_in_offline_mode(corpus, tmp_path, monkeypatch):
+    from conftest import run_cli
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # nothing leaves the machine; the run stays in its folder
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    r = run_cli("train", "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file",
+                str(corpus["merges"]), "--seq-length", "64", "--micro-batch-size", "2", "--global-batch-size", "2",
+                "--train-iters", "4", "--log-interval", "2", "--eval-interval", "2", "--eval-iters", "1",
+                "--save", str(tmp_path / "ckpt"), "--wandb-project", "textmill-test", "--wandb-exp-name", "tiny",
+                "--wandb-save-dir", str(tmp_path / "wandb"), "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    [run] = (tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb")
+    logged = run.read_bytes()  # wandb's record log: the metric names, the project and the settings are in it
+    for name in (b"train/lm_loss", b"train/lr", b"train/tokens_per_s", b"valid/lm_loss", b"textmill-test", b"tiny"):
+        assert name in logged, name

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from textmill.errors import TextmillError
 from textmill.megatron.indexed import IndexedDataset, IndexedDatasetWriter
@@ -217,3 +218,51 @@ def test_a_checkpoint_of_textmill_0_1_with_its_empty_extra_field_still_loads(gpt
     model, _ = load_model(old)
     reference, _ = load_model(gpt2_ckpt)
     assert model.config == reference.config
+
+
+def test_offloaded_activations_give_the_same_losses_and_weights(corpus):
+    """--cpu-offload-activations moves what the backward pass needs to host memory and back: on a CPU the
+    memory cannot show, but the losses and the trained weights must be those of the run without it, with and
+    without recomputation."""
+    for recompute in (None, "full"):
+        runs = []
+        for offload in (False, True):
+            trainer = Trainer(train_config(corpus, train_iters=4, eval_interval=4, recompute_granularity=recompute,
+                                           cpu_offload_activations=offload))
+            result = trainer.train()
+            runs.append(([r["lm_loss"] for r in result["log"] if "lm_loss" in r],
+                         {k: v.clone() for k, v in trainer.models[0].state_dict().items()}))
+        (plain_losses, plain_weights), (offloaded_losses, offloaded_weights) = runs
+        assert plain_losses == offloaded_losses and len(plain_losses) == 4
+        assert all(torch.equal(plain_weights[k], offloaded_weights[k]) for k in plain_weights)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_give_the_eager_losses_with_and_without_recomputation(corpus, tmp_path):
+    """Without dropout: compiled dropout draws its own random numbers (inductor's generator), so with it the
+    curves differ as two seeds' would."""
+    no_dropout = dict(hidden_dropout=0.0, attention_dropout=0.0)
+    for recompute in (None, "full"):
+        losses = []
+        for compiled in (False, True):
+            result = Trainer(train_config(corpus, train_iters=3, eval_interval=3, recompute_granularity=recompute,
+                                          compile=compiled, save=tmp_path / f"{recompute}-{compiled}",
+                                          **no_dropout)).train()
+            losses.append([r["lm_loss"] for r in result["log"] if "lm_loss" in r])
+        assert losses[0] == pytest.approx(losses[1], rel=1e-4) and len(losses[0]) == 3
+    # Compiled blocks keep their parameter names: the checkpoint loads into an eager model.
+    resumed = Trainer(train_config(corpus, train_iters=4, eval_interval=4, load=tmp_path / "full-True", **no_dropout))
+    assert resumed.state.iteration == 3
+
+
+def test_compile_falls_back_to_eager_with_one_warning_where_inductor_cannot_run(corpus, tmp_path, monkeypatch):
+    from conftest import run_cli
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # a machine without a C compiler
+    options = train_config(corpus, train_iters=2, eval_interval=2, compile=True, save=tmp_path / "ckpt").to_argv()
+    r = run_cli("train", *options, "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    warnings = [line for line in r.stdout.splitlines() if "warning: --compile" in line]
+    assert warnings == ["textmill train: warning: --compile: inductor needs a C compiler on a CPU and none was found; "
+                        "training without compilation"]
+    assert "train: 2 iterations" in r.stdout

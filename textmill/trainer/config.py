@@ -138,6 +138,14 @@ class TrainConfig(Settings):
     recompute_granularity: Literal["full", "selective"] | None = setting(
         None, "recompute activations in the backward pass to save memory: full = whole layers, selective = the "
         "attention core", group=PARALLEL)
+    compile: bool = setting(False, "compile each transformer block with torch.compile (inductor): faster steps after a "
+                            "one-off compilation at the first step; falls back to eager blocks, with one warning, "
+                            "where inductor cannot run (no C compiler on a CPU, no Triton on a GPU)", group=PARALLEL)
+    cpu_offload_activations: bool = setting(
+        False, "keep the activations the backward pass needs in pinned host memory instead of GPU memory (torch's "
+        "save_on_cpu): frees GPU memory that grows with batch x sequence x layers, at the cost of copying them over "
+        "PCIe and back each step; combines with recomputation (then only the recomputed blocks' inputs move). On a "
+        "CPU it changes nothing", group=PARALLEL)
     distributed_timeout_minutes: float = setting(10.0, "a collective waiting longer than this (a lost peer) fails the "
                                                  "run instead of hanging", above=0, group=PARALLEL)
     # checkpoints and logging
@@ -156,6 +164,10 @@ class TrainConfig(Settings):
     eval_interval: int = setting(100, "validation loss every N iterations", least=1, group=CHECKPOINTS)
     eval_iters: int = setting(10, "global batches of the validation split per evaluation", least=0, group=CHECKPOINTS)
     tensorboard_dir: Path | None = setting(None, "write TensorBoard scalars here", group=CHECKPOINTS)
+    wandb_project: str | None = setting(None, "log to this Weights & Biases project (needs wandb: pip install "
+                                        "'textmill[wandb]'; WANDB_MODE=offline keeps the run on disk)", group=CHECKPOINTS)
+    wandb_exp_name: str | None = setting(None, "the Weights & Biases run's name", group=CHECKPOINTS)
+    wandb_save_dir: Path | None = setting(None, "where wandb keeps its files (default: SAVE/wandb)", group=CHECKPOINTS)
     peak_tflops: float | None = setting(None, "device peak for MFU (default: known GPUs; CPU: not reported)", above=0,
                                         group=CHECKPOINTS)
 

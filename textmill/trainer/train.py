@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import importlib.util
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from textmill.trainer.checkpoint import is_writer
 from textmill.trainer.config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.device import device_peak_tflops, pick_device
-from textmill.trainer.metrics import METRICS
+from textmill.trainer.metrics import MetricSinks
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
@@ -95,6 +96,8 @@ class Trainer:
         model = GPT(self.model_config)
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
+        if config.compile:
+            compile_blocks(model, self.device, self.say)
         if dims.pp > 1:
             self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)
         else:
@@ -148,6 +151,13 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
+    def offload(self):
+        """With --cpu-offload-activations, what the forward pass saves for the backward pass waits in (pinned)
+        host memory instead of on the GPU, and comes back when the backward pass needs it."""
+        if not self.config.cpu_offload_activations:
+            return contextlib.nullcontext()
+        return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
+
     def micro_batches(self, dataset, first: int, count: int):
         """(tokens, labels) of this rank's micro-batches among samples [first, first + count): each
         round of micro_batch x DP samples is dealt out to the data-parallel ranks in order, as Megatron's
@@ -172,7 +182,7 @@ class Trainer:
             steps = self.micro_batches_per_step()
             total = torch.zeros((), device=self.device)
             for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, first, config.global_batch_size)):
-                with gradient_sync(self.models[0], m == steps - 1), self.autocast():
+                with gradient_sync(self.models[0], m == steps - 1), self.autocast(), self.offload():
                     loss = self.models[0](tokens, labels) / steps
                     self.scaler.scale(loss).backward()
                 total += loss.detach()
@@ -202,7 +212,7 @@ class Trainer:
         tokens, labels = torch.cat([t for t, _ in pairs]), torch.cat([y for _, y in pairs])
         losses: list[torch.Tensor] = []
         inputs = (tokens,) if self.pp_rank == 0 else ()
-        with self.autocast():
+        with self.autocast(), self.offload():
             run = self.schedule_pp.step if train else self.schedule_pp.eval
             run(*inputs, target=labels, losses=losses, labels=labels)
         if train and self.tied_group is not None:
@@ -259,14 +269,8 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
     def train(self) -> dict:
         config = self.config
-        tensorboard, rank0 = None, is_writer()  # rank 0 prints, logs and writes metrics
-        if config.tensorboard_dir and rank0:
-            from torch.utils.tensorboard import SummaryWriter
-
-            tensorboard = SummaryWriter(str(config.tensorboard_dir))
-        if config.save and rank0:
-            config.save.mkdir(parents=True, exist_ok=True)
-        metrics = open(config.save / METRICS, "a") if config.save and rank0 else None
+        rank0 = is_writer()  # rank 0 prints and logs
+        sinks = MetricSinks(config, rank0)
         tokens_per_iter = config.global_batch_size * self.seq_len
         flops_per_iter = training_flops(self.model_config, config.global_batch_size, self.seq_len)
         layout = f" x {self.dims.world} processes ({self.dims.describe(config)})" if self.dims.distributed else ""
@@ -305,13 +309,7 @@ class Trainer:
                     window_start = time.perf_counter()  # evaluation time is not training time
                 if record and rank0:
                     self.log(record, bar)
-                    if metrics:
-                        metrics.write(json.dumps(record) + "\n")
-                        metrics.flush()
-                    if tensorboard:
-                        for k, v in record.items():
-                            if k != "iteration" and v is not None:
-                                tensorboard.add_scalar(f"train/{k}" if k != "valid_loss" else "valid/lm_loss", v, it)
+                    sinks.write(record)
                 stop = bool(config.exit_interval) and it % config.exit_interval == 0
                 if config.save and ((config.save_interval and it % config.save_interval == 0) or it == config.train_iters or stop):
                     self.save()
@@ -320,10 +318,7 @@ class Trainer:
                     break
         finally:
             bar.close()
-            if tensorboard:
-                tensorboard.close()
-            if metrics:
-                metrics.close()
+            sinks.close()
         return {"iterations": self.state.iteration, "valid_loss": last_valid, "skipped_iterations": self.state.skipped,
                 "saved_at": saved_at, "log": self.state.log}
 
@@ -340,6 +335,28 @@ class Trainer:
         if r.get("valid_loss") is not None:
             parts.append(f"validation loss {r['valid_loss']:.4E} (ppl {math.exp(min(r['valid_loss'], 50)):.2f})")
         bar.write(" | ".join(parts))
+
+
+def compile_unavailable(device: torch.device) -> str | None:
+    """Why torch.compile's inductor cannot run here, or None: it builds C++ kernels on a CPU and Triton
+    kernels on a GPU."""
+    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        return "inductor needs a C compiler on a CPU and none was found"
+    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+        return "inductor needs Triton on a GPU and it is not installed"
+    return None
+
+
+def compile_blocks(model: GPT, device: torch.device, say) -> None:
+    """--compile: each transformer block compiled in place (its parameter names unchanged), as torchtitan
+    does, so recomputation, DDP and FSDP2 wrap compiled blocks; where inductor cannot run, one warning and
+    eager blocks."""
+    why = compile_unavailable(device)
+    if why:
+        say(f"textmill train: warning: --compile: {why}; training without compilation")
+        return
+    for block in model.blocks.values():
+        block.compile()
 
 
 @contextlib.contextmanager
