@@ -117,5 +117,6 @@ def test_the_report_renders_in_a_real_browser_with_examples_pairs_cuts_and_train
     # What the sections hold: examples per stage and reason, duplicate pairs, the documents cut, the
     # learning rate and throughput beside the loss, the time chart on a log scale.
     assert "<h3>scrape</h3>" in page and "status=404" in page and "near_duplicate_of=" in page
+    assert re.search(r"near_duplicate_of=\w+<br>\(kept: <a href=\"http://127\.0\.0\.1:\d+/", page)  # the kept one's URL
     assert "Duplicates beside the documents they repeat" in page and "document cut" in page
     assert "MB written" in page and 'href="file:///' in page

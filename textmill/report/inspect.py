@@ -85,16 +85,23 @@ def record_lines(path: Path, what: str, rows: Iterator[dict], total: int | None,
 
 def keeper_urls(path: Path, rows: list[dict]) -> dict[str, str]:
     """The URLs of the documents the rows' reasons name, from the kept shards beside `path`."""
-    wanted = {r["reason"].partition("=")[2] for r in rows if r.get("reason", "") and reason_key(r["reason"]) in NAMES_DOCUMENT}
+    return urls_of(named_documents(rows), sorted(path.parent.glob("*.parquet")))
+
+
+def named_documents(rows: list[dict]) -> set[str]:
+    """The ids of the documents the rows' reasons name (`near_duplicate_of=<id>`)."""
+    return {r["reason"].partition("=")[2] for r in rows if r.get("reason") and reason_key(r["reason"]) in NAMES_DOCUMENT}
+
+
+def urls_of(ids: set[str], shards: list[Path]) -> dict[str, str]:
+    """The URLs of the documents `ids`, from those of `shards` that hold kept documents."""
     found: dict[str, str] = {}
-    if not wanted:
-        return found
-    for shard in sorted(path.parent.glob("*.parquet")):
-        if shard.name.endswith((".rejects.parquet", ".html.parquet")):
+    for shard in shards if ids else ():
+        if shard.name.endswith((".rejects.parquet", ".html.parquet")) or len(found) == len(ids):
             continue
         try:
             for row in read_rows(shard, columns=["id", "url"]):
-                if row["id"] in wanted:
+                if row["id"] in ids:
                     found[row["id"]] = row["url"]
         except (TextmillError, KeyError):
             continue  # not a document shard

@@ -131,7 +131,7 @@ def examples_section(samples: dict) -> list[str]:
              "(the first of its first shards).</p>"]
     for stage, found in samples.items():
         rows = [["kept", link(e["url"], e["url"] or e["id"]), e["text"] or ""] for e in found["kept"]]
-        rows += [[e["reason"], link(e["url"], e["url"] or e["id"]), e["text"] or ""]
+        rows += [[reason_cell(e), link(e["url"], e["url"] or e["id"]), e["text"] or ""]
                  for examples in found["rejected"].values() for e in examples]
         parts += [f"<h3>{html.escape(stage)}</h3>", table(rows, ["", "URL (or id)", "text, first lines"], text=True)]
     return parts
@@ -140,6 +140,12 @@ def examples_section(samples: dict) -> list[str]:
 def document_cell(e: dict) -> Markup:
     """A document's link and the first lines of its text, in one cell."""
     return Markup(f"{link(e['url'], e['url'] or e['id'])}<br>{html.escape(e['text'] or '')}")
+
+
+def reason_cell(e: dict) -> Markup:
+    """A reject's reason, and the URL of the document it names (the kept one a duplicate repeats)."""
+    named = f"<br>(kept: {link(e['named_url'])})" if e.get("named_url") else ""
+    return Markup(html.escape(e["reason"]) + named)
 
 
 def pairs_section(pairs: list[dict]) -> list[str]:
@@ -177,8 +183,10 @@ def example(row: dict) -> dict:
 
 
 def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
-    """A few records a stage kept, and a few it rejected for each reason, from its first shards (local)."""
+    """A few records a stage kept, and a few it rejected for each reason, from its first shards (local); a
+    reject that names another document (`near_duplicate_of=<id>`) with that document's URL."""
     from textmill.pipeline.shards import read_rows, reason_key, rejects_path
+    from textmill.report.inspect import named_documents, urls_of
 
     kept: list[dict] = []
     for shard in shards[:SCANNED_SHARDS]:
@@ -194,6 +202,11 @@ def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
             rows = rejected.get(reason_key(row["reason"]))
             if rows is not None and len(rows) < REJECTED_EXAMPLES:
                 rows.append({**example(row), "reason": row["reason"]})
+    found = [e for rows in rejected.values() for e in rows]
+    urls = urls_of(named_documents(found), shards[:SCANNED_SHARDS])
+    for e in found:
+        if e["reason"].partition("=")[2] in urls:
+            e["named_url"] = urls[e["reason"].partition("=")[2]]
     return {"kept": kept, "rejected": {reason: rows for reason, rows in rejected.items() if rows}}
 
 
