@@ -203,12 +203,10 @@ def judge(text: str, cfg: QualityConfig, dropped: Counter) -> tuple[str, str | N
 
 def quality_shard(shard: Path, output: Path, cfg: QualityConfig) -> dict:
     """Apply the preset's rules to one document shard into `output`; returns its manifest."""
-    dropped: Counter = Counter()
-    stats = {"shortened": 0, "lines_dropped": {}}
+    stats = {"shortened": 0, "lines_dropped": Counter()}  # the manifest is written with sorted keys
 
     def decide(row: dict) -> Verdict:
-        text, reason = judge(row["text"] or "", cfg, dropped)
-        stats["lines_dropped"] = dict(sorted(dropped.items()))
+        text, reason = judge(row["text"] or "", cfg, stats["lines_dropped"])
         if reason is None and text != row["text"]:
             stats["shortened"] += 1
             return {**row, "text": text}, None

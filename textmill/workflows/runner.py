@@ -249,6 +249,7 @@ def corpus_record(config: str) -> dict:
     rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
     merged token files."""
     from textmill.report.lines import stage_summary
+    from textmill.pipeline.decontaminate import TOUCHED_LISTED
     from textmill.report.page import SCANNED_SHARDS, corpus_histograms, duplicate_pairs, stage_examples
     from textmill.workflows import tasks as t
 
@@ -271,6 +272,7 @@ def corpus_record(config: str) -> dict:
         else:
             shards = tasks[0].shards()
             manifests = [read(manifest_path(p)) for p in shards]
+        examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
         timed = list(tasks)
         if name == "blacklist":
             timed += [t.BlacklistCheck(config, i) for i in range(n)]
@@ -285,16 +287,16 @@ def corpus_record(config: str) -> dict:
             part["dedup"] = read(clusters.done_file())
             found = read(clusters.clusters_file())
             part["duplicate_pairs"] = duplicate_pairs(found.get("duplicates", {}), set(found.get("exact", [])),
-                                                      local_copies(shards[:SCANNED_SHARDS]))
+                                                      examined)
         if name == "decontaminate":
             parts = range(t.shuffle_shard_count(config))
             timed += [t.DecontaminateSelect(config)] + [step(config, j) for j in parts
                                                         for step in (t.DecontaminateCount, t.DecontaminateShard)]
             part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold,
-                                     "touched": [d for m in manifests for d in m.get("touched", [])][:20]}
+                                     "touched": [d for m in manifests for d in m.get("touched", [])][:TOUCHED_LISTED]}
         summary = stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed))
         part["funnel"].append(summary)
-        part.setdefault("samples", {})[name] = stage_examples(local_copies(shards[:SCANNED_SHARDS]), list(summary["reasons"]))
+        part.setdefault("samples", {})[name] = stage_examples(examined, list(summary["reasons"]))
     merged = t.MergeDataset(config)
     if merged.complete():
         part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
