@@ -71,7 +71,7 @@ def test_files_compressed_duplicates_and_order(tmp_path):
         "https://example.com/2",
     ]
     assert pq.read_table(tmp_path / "out" / "b.parquet").column("url").to_pylist() == ["https://example.com/3"]
-    rejects = pq.read_table(tmp_path / "out" / "c.rejects.parquet").to_pylist()
+    rejects = pq.read_table(tmp_path / "out" / ".rejects" / "c.parquet").to_pylist()
     assert rejects[0]["reason"] == "undecodable" and rejects[0]["source"] == "c.bz2:2"
     assert manifests[0]["counts"] == {"input": 4, "kept": 2, "rejected": 2, "output_rows": 2}
     assert manifests[0]["blank_lines"] == 1
@@ -109,7 +109,8 @@ def test_the_duplicate_check_is_the_same_with_any_number_of_partitions(tmp_path)
     for partitions in (1, 3, 16):
         out = tmp_path / f"p{partitions}"
         run_stage("blacklist", [tmp_path / "in"], out, {"blacklist": BlacklistConfig(duplicate_partitions=partitions)})
-        outputs[partitions] = {p.name: p.read_bytes() for p in out.glob("*.parquet")}
+        outputs[partitions] = {str(p.relative_to(out)): p.read_bytes() for p in [*out.glob("*.parquet"),
+                                                                                *out.glob(".rejects/*.parquet")]}
         assert list_shards([out]) == [out / f"RS_{k}.parquet" for k in range(4)]  # the steps' files lie elsewhere
     assert outputs[1] == outputs[3] == outputs[16] and len(outputs[1]) == 8
     kept = [u for k in range(4) for u in pq.read_table(tmp_path / "p3" / f"RS_{k}.parquet").column("url").to_pylist()]

@@ -26,7 +26,7 @@ def test_clean_fixes_mojibake_and_rejects_with_reasons(tmp_path):
     write_jsonl(tmp_path / "in" / "docs.jsonl", rows)
     m = clean_shard(tmp_path / "in" / "docs.jsonl", tmp_path / "out" / "docs.parquet", CleanConfig())
     kept = {r["id"]: r for r in pq.read_table(tmp_path / "out" / "docs.parquet").to_pylist()}
-    rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / "docs.rejects.parquet").to_pylist()}
+    rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / ".rejects" / "docs.parquet").to_pylist()}
     assert set(kept) == {"en", "moji"}
     assert kept["moji"]["text"] == mojibake.replace("’", "'")  # ftfy defaults also uncurl quotes
     assert rejects == {
@@ -46,7 +46,7 @@ def test_langdetect_is_deterministic(tmp_path):
     write_jsonl(tmp_path / "in" / "d.jsonl", rows)
     clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "o1" / "d.parquet", CleanConfig(min_tokens=1))
     clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / "o2" / "d.parquet", CleanConfig(min_tokens=1))
-    for name in ("d.parquet", "d.rejects.parquet"):
+    for name in ("d.parquet", ".rejects/d.parquet"):
         assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes()
 
 
@@ -78,7 +78,7 @@ def test_the_fasttext_detector_decides_as_langdetect_does(tmp_path):
     for detector in ("langdetect", "fasttext"):
         cfg = CleanConfig(min_tokens=1, language_detector=detector)
         manifest = clean_shard(tmp_path / "in" / "d.jsonl", tmp_path / detector / "d.parquet", cfg)
-        rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / detector / "d.rejects.parquet").to_pylist()}
+        rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / detector / ".rejects" / "d.parquet").to_pylist()}
         outcomes[detector] = (manifest["counts"], rejects)
     assert outcomes["fasttext"] == outcomes["langdetect"]
     assert outcomes["fasttext"][1]["digits"] == "language_undetectable" and outcomes["fasttext"][0]["kept"] == 20

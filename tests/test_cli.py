@@ -57,13 +57,13 @@ def test_killed_stage_leaves_nothing_finished_and_rerun_gives_same_bytes(tmp_pat
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = tmp_path / "killed"
-    assert not (killed / "docs.parquet").exists() and not (killed / "docs.manifest.json").exists()
+    assert not (killed / "docs.parquet").exists() and not (killed / ".manifests" / "docs.json").exists()
 
     rerun = run_cli("clean", str(tmp_path / "in"), "-o", str(killed))
     assert rerun.returncode == 0, rerun.stderr
     clean = run_cli("clean", str(tmp_path / "in"), "-o", str(tmp_path / "clean"))
     assert clean.returncode == 0, clean.stderr
-    for name in ("docs.parquet", "docs.rejects.parquet"):
+    for name in ("docs.parquet", ".rejects/docs.parquet"):
         assert (killed / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
     assert list_shards([killed]) == [killed / "docs.parquet"]
 

@@ -38,7 +38,7 @@ def test_cuts_eval_passages_and_counts(tmp_path):
     write_jsonl(tmp_path / "in" / "d.jsonl", rows)
     [m], info = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
     kept = pq.read_table(tmp_path / "out" / "d.parquet").to_pylist()
-    rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / "d.rejects.parquet").to_pylist()}
+    rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / ".rejects" / "d.parquet").to_pylist()}
     assert rejects == {"only": "contaminated_no_clean_fragment", "many": "contaminated_too_many_pieces"}
     pieces = [r for r in kept if r["id"].startswith("middle-")]
     assert [p["id"] for p in pieces] == ["middle-0", "middle-1"]
@@ -92,11 +92,11 @@ def test_per_shard_steps_give_what_one_pass_gives(tmp_path):
     counts = [tmp_path / "steps" / f"{s.stem}.counts.json" for s in shards]
     for shard, path in reversed(list(zip(shards, counts))):
         write_counts(count_matches(shard, ngrams, cfg.max_ngram), path)
-    selected = select_from_counts(counts, cfg, tmp_path / "steps" / "selected.json")
-    chosen = read_selected(tmp_path / "steps" / "selected.json", cfg)
+    selected = select_from_counts(counts, cfg, tmp_path / "steps" / ".selected.json")
+    chosen = read_selected(tmp_path / "steps" / ".selected.json", cfg)
     steps = [decontaminate_shard(s, tmp_path / "steps" / f"{s.stem}.parquet", chosen, cfg) for s in shards]
     for s in shards:
-        for name in (f"{s.stem}.parquet", f"{s.stem}.rejects.parquet"):
+        for name in (f"{s.stem}.parquet", f".rejects/{s.stem}.parquet"):
             assert (tmp_path / "steps" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert summary(selected, steps).items() <= info.items() and info["documents_touched"] == 2
     assert sum(m["counts"]["kept"] for m in manifests) == 14  # the 10 common ones untouched, the 2 rare ones cut
@@ -206,7 +206,7 @@ def test_the_pieces_are_megatrons_and_a_planted_passage_goes(tmp_path):
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)])
     decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
     kept = pq.read_table(tmp_path / "out" / "d.parquet").to_pylist()
-    rejected = {r["id"] for r in pq.read_table(tmp_path / "out" / "d.rejects.parquet").to_pylist()}
+    rejected = {r["id"] for r in pq.read_table(tmp_path / "out" / ".rejects" / "d.parquet").to_pylist()}
     theirs = megatron_filter(docs, evals)
     for i, (text, pieces) in enumerate(zip(docs, theirs)):
         ours = [r for r in kept if r["id"] == f"d{i}" or r["id"].startswith(f"d{i}-")]

@@ -55,7 +55,7 @@ def test_precision_and_recall_on_generated_near_duplicates(tmp_path):
 
     rejected = {}
     for name in ("a", "b"):
-        for r in pq.read_table(tmp_path / "out" / f"{name}.rejects.parquet").to_pylist():
+        for r in pq.read_table(tmp_path / "out" / ".rejects" / f"{name}.parquet").to_pylist():
             rejected[int(r["id"][1:])] = int(r["reason"].split("=d")[1])
     root = {i: rejected.get(i, i) for i in range(len(docs))}
     predicted = {(i, j) for i, j in itertools.combinations(range(len(docs)), 2) if root[i] == root[j]}
@@ -85,7 +85,7 @@ def test_signatures_are_reused_and_output_is_deterministic(tmp_path):
     assert sig.stat().st_mtime_ns == mtime and shard.stat().st_mtime_ns == first_mtime
     dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", dataclasses.replace(cfg, threshold=0.95))
     assert sig.stat().st_mtime_ns == mtime  # the same MinHash settings: the signatures are kept
-    assert shard.stat().st_mtime_ns != first_mtime and json.loads((tmp_path / "out" / "clusters.json").read_text())[
+    assert shard.stat().st_mtime_ns != first_mtime and json.loads((tmp_path / "out" / ".clusters.json").read_text())[
         "params"]["threshold"] == 0.95  # the output folder holds what the new settings give
     dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", DedupConfig(num_perm=64, bands=8))
     assert len(list((tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet"))) == 2  # recomputed
@@ -116,7 +116,7 @@ def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
     for b in reversed(range(cfg.bands + 1)):
         write_pairs(band_pairs(bands, b), pairs[b])
     steps = cluster_pairs(pairs[:-1], pairs[-1:], [], sigs, counts, cfg)
-    written = json.loads((tmp_path / "whole" / "clusters.json").read_text())
+    written = json.loads((tmp_path / "whole" / ".clusters.json").read_text())
     assert {k: v for k, v in written.items() if k != "params"} == steps
     listed = ("duplicates", "exact")  # in clusters.json only
     assert {k: v for k, v in steps.items() if k not in listed} == {k: whole[k] for k in steps if k not in listed}
@@ -163,10 +163,10 @@ def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_s
     shards = sorted((tmp_path / "in").iterdir())
 
     def reasons(out):
-        return {r["id"]: r["reason"] for name in ("a", "b") for r in pq.read_table(out / f"{name}.rejects.parquet").to_pylist()}
+        return {r["id"]: r["reason"] for name in ("a", "b") for r in pq.read_table(out / ".rejects" / f"{name}.parquet").to_pylist()}
 
     dedup_shards(shards, tmp_path / "out", DedupConfig())
-    clusters = json.loads((tmp_path / "out" / "clusters.json").read_text())
+    clusters = json.loads((tmp_path / "out" / ".clusters.json").read_text())
     assert reasons(tmp_path / "out") == {"a2": "exact_duplicate_of=a0", "a3": "near_duplicate_of=a0",
                                          "b0": "exact_duplicate_of=a1", "b2": "exact_duplicate_of=b1"}
     assert sorted(clusters["exact"]) == ["a2", "b0", "b2"] and clusters["exact_pairs"] == 3
@@ -176,7 +176,7 @@ def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_s
     assert rows[2]["signature"] == rows[0]["signature"] and rows[2]["words_hash"] == rows[0]["words_hash"]
     assert len({r["words_hash"] for r in rows}) == 3
     dedup_shards(shards, tmp_path / "without", DedupConfig(exact_duplicates=False))
-    without = json.loads((tmp_path / "without" / "clusters.json").read_text())
+    without = json.loads((tmp_path / "without" / ".clusters.json").read_text())
     assert without["exact"] == [] and without["duplicates"] == clusters["duplicates"]
     assert set(reasons(tmp_path / "without").values()) == {"near_duplicate_of=a0", "near_duplicate_of=a1",
                                                            "near_duplicate_of=b1"}

@@ -148,7 +148,7 @@ def test_luigid_two_workers_the_web_and_s3_on_separate_hosts_give_one_worker_s_t
         assert [w.returncode for w in workers] == [0, 0], [r[1][-2000:] for r in results]
         # Each worker ran part of the graph: both caches hold shards of their own.
         for w in ("w1", "w2"):
-            assert list((tmp_path / f"cache-{w}").rglob("*.manifest.json")), f"{w} ran no shard task"
+            assert list((tmp_path / f"cache-{w}").rglob(".manifests/*.json")), f"{w} ran no shard task"
 
         def tokens(config: Path, env: dict) -> bytes:
             show = on(net["w1"], sys.executable, "-c", SHOW_TOKENS, str(config), env=env, stdout=subprocess.PIPE)

@@ -26,12 +26,12 @@ def test_inspect_shows_records_reasons_and_the_document_a_reject_names(tmp_path)
     assert "id d1" in inspect(str(out / "docs.parquet"), "--url", "http://127.0.0.1/page-1")
     assert "id d2 |" in inspect(str(out / "docs.parquet"), "--id", "d2")
 
-    rejects = inspect(str(out / "docs.rejects.parquet"))
+    rejects = inspect(str(out / ".rejects" / "docs.parquet"))
     assert "rejected by reason: exact_duplicate_of 1" in rejects
     assert "rejected: exact_duplicate_of=d0 (kept: http://127.0.0.1/page-0)" in rejects
-    assert "(none matches)" in inspect(str(out / "docs.rejects.parquet"), "--reason", "near_duplicate_of")
+    assert "(none matches)" in inspect(str(out / ".rejects" / "docs.parquet"), "--reason", "near_duplicate_of")
 
-    manifest = inspect(str(out / "docs.manifest.json"))
+    manifest = inspect(str(out / ".manifests" / "docs.json"))
     assert '"kept": 3' in manifest and "settings:" in manifest
     assert "all: 4 in, 3 kept, 1 rejected (exact_duplicate_of 1)" in inspect(str(out))
     assert "loose JSON lines, 4 records" in inspect(str(tmp_path / "docs.jsonl"))

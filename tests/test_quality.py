@@ -250,14 +250,14 @@ def test_the_quality_command_counts_each_reason_and_keeps_the_changed_text(tmp_p
     write_jsonl(tmp_path / "in" / "docs.jsonl", docs)
     r = run_cli("quality", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--preset", "fineweb")
     assert r.returncode == 0, r.stderr[-2000:]
-    manifest = json.loads((tmp_path / "out" / "docs.manifest.json").read_text())
+    manifest = json.loads((tmp_path / "out" / ".manifests" / "docs.json").read_text())
     expected = Counter(judge(d["text"], QualityConfig(preset="fineweb"), Counter())[1] for d in docs)
     assert manifest["counts"]["kept"] == expected.pop(None) >= 4
     assert manifest["reasons"] == dict(expected) and sum(expected.values()) == manifest["counts"]["rejected"]
     assert manifest["lines_dropped"] == {"javascript": 1, "too_few_words": 2} and manifest["shortened"] == 1
     kept = {row["id"]: row["text"] for row in pq.read_table(tmp_path / "out" / "docs.parquet").to_pylist()}
     assert kept["menu"] == GOOD and kept["good-0"] == GOOD.replace("The river", "River 0")
-    rejects = pq.read_table(tmp_path / "out" / "docs.rejects.parquet").to_pylist()
+    rejects = pq.read_table(tmp_path / "out" / ".rejects" / "docs.parquet").to_pylist()
     assert {row["id"]: row["reason"] for row in rejects}["bad-bullet_lines"] == "bullet_lines"
     assert "line rules: 1 kept document(s) shortened; lines dropped: too_few_words 2, javascript 1" in r.stdout
     # Only the preset's own settings key the output: a C4 setting does not rerun the gopher preset.
@@ -277,7 +277,7 @@ def test_a_preset_in_the_run_file_puts_the_stage_between_clean_and_shuffle(tmp_p
     assert r.returncode == 0, r.stderr[-3000:]
     work = tmp_path / "work"
     [quality] = (work / "4-quality").iterdir()
-    manifests = [json.loads(p.read_text()) for p in sorted(quality.glob("*.manifest.json"))]
+    manifests = [json.loads(p.read_text()) for p in sorted(quality.glob(".manifests/*.json"))]
     assert len(manifests) == 3 and sum(m["counts"]["kept"] for m in manifests) > 0
     # The run ends with its funnel, the stage in it.
     assert r.stdout.startswith("textmill run: corpus funnel") and re.search(r"\nclean: .*\nquality: 3 shard\(s\), \d+ in",
@@ -285,7 +285,7 @@ def test_a_preset_in_the_run_file_puts_the_stage_between_clean_and_shuffle(tmp_p
     [record] = (work / "runs").glob("*/run.json")
     assert [s["stage"] for s in json.loads(record.read_text())["funnel"]][4:6] == ["quality", "shuffle"]
     # The shuffle read the quality stage's output: as many documents as it kept.
-    [shuffle] = (work / "5-shuffle").glob("*/task.json")
+    [shuffle] = (work / "5-shuffle").glob("*/.task.json")
     assert json.loads(shuffle.read_text())["documents"] == sum(m["counts"]["kept"] for m in manifests)
     # `textmill quality` on the cleaned shards writes the same shards.
     cleaned = sorted((work / "4-clean").glob("*/RS_?.parquet"))

@@ -43,7 +43,7 @@ def test_a_lone_surrogate_is_a_counted_reject_in_every_document_stage(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         assert "invalid_unicode 1" in r.stdout, r.stdout
         if stage != "shuffle":  # shuffle keeps no rejects shard of its own: its input is a stage's output
-            [reject] = pq.read_table(out / "docs.rejects.parquet").to_pylist()
+            [reject] = pq.read_table(out / ".rejects" / "docs.parquet").to_pylist()
             assert reject["id"] == "docs.jsonl:2" and reject["reason"] == "invalid_unicode"
 
 
@@ -90,7 +90,7 @@ def some_docs(path, n=40):
 
 
 def assert_nothing_finished(folder):
-    assert not list(folder.glob("*.manifest.json")) if folder.exists() else True
+    assert not list(folder.glob(".manifests/*.json")) if folder.exists() else True
 
 
 def test_bad_settings_on_the_command_line_are_one_line(tmp_path):
@@ -140,11 +140,11 @@ def test_a_parquet_shard_damaged_in_the_middle_is_one_line(tmp_path):
 def test_a_manifest_that_is_not_json_is_one_line(tmp_path):
     docs = some_docs(tmp_path / "docs.jsonl")
     assert run_cli("clean", str(docs), "-o", str(tmp_path / "clean"), "--min-tokens", "1").returncode == 0
-    (tmp_path / "clean" / "docs.manifest.json").write_text('{"stage": "clean", "counts": {"inp')
+    (tmp_path / "clean" / ".manifests" / "docs.json").write_text('{"stage": "clean", "counts": {"inp')
     r = run_cli("dedup", str(tmp_path / "clean"), "-o", str(tmp_path / "dd"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines[0] == f"textmill: {tmp_path / 'clean' / 'docs.manifest.json'} is damaged (not a whole JSON object); " \
+    assert lines[0] == f"textmill: {tmp_path / 'clean' / '.manifests' / 'docs.json'} is damaged (not a whole JSON object); " \
                        "its shard counts as unfinished"
     assert lines[1:] == [f"textmill: error: {tmp_path / 'clean'}: shard(s) docs.parquet have no whole manifest (an "
                          "interrupted run, or a damaged file); re-run the stage that writes them"]

@@ -46,7 +46,7 @@ def test_every_fault_gets_its_reason(tmp_path, small_web, server):
     started = time.perf_counter()
     m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", FAST)
     elapsed = time.perf_counter() - started
-    rejects = {r["url"].removeprefix(base): r for r in pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+    rejects = {r["url"].removeprefix(base): r for r in pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
     reasons = {p: r["reason"] for p, r in rejects.items()}
     assert reasons == {
         "/missing.html": "status=404",
@@ -77,7 +77,7 @@ def test_private_addresses_refused_by_default(tmp_path, server):
     shard = url_shard(tmp_path, [f"http://127.0.0.1:{port}/article/1.html", f"http://localhost.localdomain:{port}/article/2.html"])
     cfg = ScrapeConfig(timeout_s=5.0, extract_workers=0)
     scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
-    reasons = pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column("reason").to_pylist()
+    reasons = pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").column("reason").to_pylist()
     assert reasons[0] == "blocked_address"
     assert reasons[1] in ("blocked_address", "connection_error")  # the name may not resolve at all here
     assert server.hits.get("/article/1.html") is None
@@ -88,7 +88,7 @@ def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
     shard = url_shard(tmp_path, [base + "/article/3.html", base + "/missing.html"])
     cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, keep_html=True, extract_workers=1)
     scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
-    [html_row] = pq.read_table(tmp_path / "sc" / "urls.html.parquet").to_pylist()
+    [html_row] = pq.read_table(tmp_path / "sc" / ".html" / "urls.parquet").to_pylist()
     [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
     html, how = decode_html(html_row["html"], html_row["content_type"])
     assert how == "header:utf-8" and extract(html_row["final_url"], html) == (doc["title"], doc["text"])
@@ -109,7 +109,7 @@ def test_killed_scrape_resumes_without_refetching(tmp_path):
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert not (out / "urls.parquet").exists() and not (out / "urls.manifest.json").exists()
+        assert not (out / "urls.parquet").exists() and not (out / ".manifests" / "urls.json").exists()
         done_before = {json.loads(line)["row"]["url"] for line in journal.read_text().splitlines() if line.endswith("}")}
         assert 10 <= len(done_before) < 40
         hits_before = dict(srv.hits)
@@ -244,7 +244,7 @@ def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
         shard = url_shard_of(tmp_path / "urls.parquet", [f"{base}/bomb", f"{base}/chain/0"])
         cfg = ScrapeConfig(timeout_s=20.0, max_bytes=1_000_000, max_redirects=5, allow_private_addresses=True, extract_workers=0)
         scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
-    reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").column(c).to_pylist() for c in ("id", "reason")]))
+    reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").column(c).to_pylist() for c in ("id", "reason")]))
     assert reasons == {"u0": "too_large", "u1": "too_many_redirects"}
     assert sum(p.startswith("/chain/") for p in hits) == cfg.max_redirects + 1
 
@@ -292,7 +292,7 @@ def test_pages_are_decoded_by_header_then_meta_then_detection(tmp_path):
         cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, extract_workers=0)
         manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     rows = {r["url"].split(":", 2)[2].split("/", 1)[1]: r for r in
-            pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist() + pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+            pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist() + pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
     for path, (title, how) in expected.items():
         assert rows[path.lstrip("/")]["title"] == title, path
     assert manifest["charsets"] == dict(sorted(Counter(how for _, how in expected.values()).items()))
@@ -313,14 +313,14 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
     r = run_cli("extract", str(tmp_path / "news"), "-o", str(tmp_path / "again"), "--extractor", "trafilatura")
     assert r.returncode == 0, r.stderr
     assert server.hits == hits  # nothing fetched
-    for name in ("urls.parquet", "urls.rejects.parquet"):
+    for name in ("urls.parquet", ".rejects/urls.parquet"):
         again = pq.read_table(tmp_path / "again" / name).drop_columns(["elapsed_s", "fetched_at"])
         assert again == pq.read_table(tmp_path / "traf" / name).drop_columns(["elapsed_s", "fetched_at"]), name
-    manifest = json.loads((tmp_path / "again" / "urls.manifest.json").read_text())
+    manifest = json.loads((tmp_path / "again" / ".manifests" / "urls.json").read_text())
     assert manifest["params"]["extractor"] == "trafilatura" and manifest["counts"]["input"] == len(paths)
     assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
     missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
-    assert missing.returncode == 2 and "has no kept HTML (urls.html.parquet); scrape with --keep-html" in missing.stderr
+    assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls.parquet'}); scrape with --keep-html" in missing.stderr
 
 
 @contextmanager
@@ -379,7 +379,7 @@ def test_transient_failures_are_retried_hosts_are_spared_and_robots_txt_is_heede
         shard = url_shard_of(tmp_path / "urls.parquet", [base + p for p in paths])
         manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     kept = {r["url"].removeprefix(base) for r in pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()}
-    rejects = {r["url"].removeprefix(base): r["reason"] for r in pq.read_table(tmp_path / "sc" / "urls.rejects.parquet").to_pylist()}
+    rejects = {r["url"].removeprefix(base): r["reason"] for r in pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
     assert kept == {"/flaky/1", "/busy", *(f"/slow/{i}" for i in range(8))}
     assert rejects == {"/down": "status=503", "/private/1": "robots_disallowed"}
     tries = {p: [t for q, t in log if q == p] for p in ("/flaky/1", "/busy", "/down", "/private/1", "/robots.txt")}

@@ -72,7 +72,8 @@ def test_scatter_and_gather_steps_in_any_order_give_the_same_shards(tmp_path):
         assert pq.ParquetFile(scattered[i]).num_row_groups == len(record["row_groups"]) <= 3
     for b in (2, 0, 1):
         gather_bucket(scattered, b, tmp_path / "steps" / f"part-{b:05d}.parquet", 3, seed=5)
-    for name in sorted(p.name for p in (tmp_path / "whole").iterdir()):
+    whole = [*(tmp_path / "whole").glob("*.parquet"), *(tmp_path / "whole").glob(".rejects/*.parquet")]
+    for name in sorted(str(p.relative_to(tmp_path / "whole")) for p in whole):
         if name.endswith(".parquet"):
             assert (tmp_path / "steps" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
 
@@ -84,7 +85,7 @@ def test_a_gather_without_its_scatter_record_is_one_error(tmp_path):
     scatter_record(tmp_path / "scatter" / "0.parquet").unlink()  # as a worker killed before its record
     with pytest.raises(TextmillError, match="no whole scatter record"):
         gather_bucket([tmp_path / "scatter" / "0.parquet"], 0, tmp_path / "out" / "part-00000.parquet", 2, seed=1)
-    assert not (tmp_path / "out" / "part-00000.manifest.json").exists()
+    assert not (tmp_path / "out" / ".manifests" / "part-00000.json").exists()
 
 
 def test_the_command_sizes_shards_by_target_and_says_when_shards_are_empty(tmp_path):
@@ -92,11 +93,11 @@ def test_the_command_sizes_shards_by_target_and_says_when_shards_are_empty(tmp_p
     size = sum(p.stat().st_size for p in inputs)
     r = run_cli("shuffle", *map(str, inputs), "-o", str(tmp_path / "sized"), "--target-shard-mb", str(size / 2**20 / 3))
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in (tmp_path / "sized").glob("*.manifest.json")) == [f"part-{b:05d}.manifest.json"
+    assert sorted(p.name for p in (tmp_path / "sized").glob(".manifests/*.json")) == [f"part-{b:05d}.json"
                                                                                    for b in range(3)]
     assert "empty" not in r.stderr
     r = run_cli("shuffle", *map(str, inputs), "-o", str(tmp_path / "many"), "--num-shards", "700")
-    empty = [m for m in (tmp_path / "many").glob("*.manifest.json") if json.loads(m.read_text())["counts"]["input"] == 0]
+    empty = [m for m in (tmp_path / "many").glob(".manifests/*.json") if json.loads(m.read_text())["counts"]["input"] == 0]
     assert r.returncode == 0 and f"note: {len(empty)} of the 700 shuffled shards are empty (601 documents)" in r.stderr
     assert len(empty) > 100
 
@@ -108,8 +109,9 @@ def test_a_rerun_with_fewer_shards_leaves_only_its_own_and_the_output_may_not_ho
     assert r.returncode == 0, r.stderr
     assert "removed 6 file(s) an earlier run wrote that this one does not (part-00002.parquet" in r.stderr
     assert list_shards([tmp_path / "out"]) == [tmp_path / "out" / f"part-{b:05d}.parquet" for b in range(2)]
-    assert sorted(p.name for p in (tmp_path / "out").glob("part-*")) == [
-        f"part-{b:05d}.{kind}" for b in range(2) for kind in ("manifest.json", "parquet", "rejects.parquet")]
+    assert sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").glob("**/part-*")) == sorted(
+        f"{folder}part-{b:05d}.{kind}" for b in range(2) for folder, kind in (("", "parquet"), (".manifests/", "json"),
+                                                                              (".rejects/", "parquet")))
     shuffle_shards(inputs, tmp_path / "two", 2, seed=9)
     for b in range(2):
         name = f"part-{b:05d}.parquet"

@@ -165,15 +165,15 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     deadline, uploading = time.monotonic() + 300, False
     while not uploading and time.monotonic() < deadline:  # a scraped shard's data is in, its manifest not yet
         s3.invalidate_cache()
-        names = {Path(k).name for k in s3.find("killed/work/2-scrape")}
-        uploading = any(f"{n.split('.')[0]}.manifest.json" not in names for n in names)
+        names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}  # relative to the stage's key folder
+        uploading = any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert uploading, "the run was not seen uploading"
     # What the kill left: a shard's data without its manifest, which the rerun does not take for finished.
     s3.invalidate_cache()
-    names = {Path(k).name for k in s3.find("killed/work/2-scrape")}
-    assert any(f"{n.split('.')[0]}.manifest.json" not in names for n in names)
+    names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}
+    assert any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
 
     r = subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], env=env, capture_output=True,
                        text=True, timeout=900)
@@ -211,7 +211,7 @@ def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_d
     r = textmill("dedup", "s3://command/docs", "-o", "s3://command/dedup", "--workers", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "-> s3://command/dedup" in r.stdout
-    for name in ("a.parquet", "b.parquet", "a.rejects.parquet", "clusters.json"):
+    for name in ("a.parquet", "b.parquet", ".rejects/a.parquet", ".clusters.json"):
         assert s3.cat(f"command/dedup/{name}") == (tmp_path / "dedup" / name).read_bytes(), name
     written = {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")}
     assert any("/.textmill/3-minhash/" in p for p in written) and any("/.textmill/keys/" in p for p in written)

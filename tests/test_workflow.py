@@ -100,7 +100,7 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, site):
     assert "textmill run: done:" in r.stdout
     dataset = IndexedDataset(MergeDataset(str(config)).dataset())
     assert dataset.num_documents > 20
-    [decontaminated] = (tmp_path / "work" / "6-decontaminate").glob("*/task.json")
+    [decontaminated] = (tmp_path / "work" / "6-decontaminate").glob("*/.task.json")
     assert json.loads(decontaminated.read_text())["documents_touched"] >= 1
     before = stage_files(tmp_path / "work")
     again = run_cli("run", str(config))
@@ -161,14 +161,14 @@ def stage_commands_write_what_the_run_wrote(root: Path, work: Path) -> None:
     same(run_files("2-scrape", "RS_*.parquet"), out, exclude=("elapsed_s", "fetched_at"))
     out = command("dedup", run_files("2-scrape", "RS_?.parquet"))
     same(run_files("3-dedup", "RS_*.parquet"), out)
-    assert (out / "clusters.json").read_bytes() == run_files("3-dedup", "clusters.json")[0].read_bytes()
+    assert (out / ".clusters.json").read_bytes() == run_files("3-dedup", ".clusters.json")[0].read_bytes()
     out = command("clean", run_files("3-dedup", "RS_?.parquet"), "--min-tokens", "32")
     same(run_files("4-clean", "RS_*.parquet"), out)
     out = command("shuffle", run_files("4-clean", "RS_?.parquet"), "--num-shards", "2", "--seed", "1234")
     same(run_files("5-shuffle", "part-*.parquet"), out)
     out = command("decontaminate", run_files("5-shuffle", "part-?????.parquet"), "--eval-files", str(root / "eval.jsonl"))
     same(run_files("6-decontaminate", "part-*.parquet"), out)
-    assert (out / "selected.json").read_bytes() == run_files("6-decontaminate", "selected.json")[0].read_bytes()
+    assert (out / ".selected.json").read_bytes() == run_files("6-decontaminate", ".selected.json")[0].read_bytes()
 
 
 def test_with_num_shards_0_the_shuffle_sizes_its_shards_by_target_shard_mb(tmp_path, site):
@@ -177,12 +177,12 @@ def test_with_num_shards_0_the_shuffle_sizes_its_shards_by_target_shard_mb(tmp_p
     r = run_cli("run", str(config), "--workers", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     work = tmp_path / "work"
-    [plan] = [json.loads(p.read_text()) for p in (work / "5-shuffle").glob("*/plan.json")]
-    cleaned = sum(json.loads(m.read_text())["bytes"] for m in (work / "4-clean").glob("*/*.manifest.json"))
+    [plan] = [json.loads(p.read_text()) for p in (work / "5-shuffle").glob("*/.plan.json")]
+    cleaned = sum(json.loads(m.read_text())["bytes"] for m in (work / "4-clean").glob("*/.manifests/*.json"))
     assert plan["input_bytes"] == cleaned and plan["num_shards"] == math.ceil(cleaned / (0.01 * 2**20)) > 2
     # Every step after the plan has one task per shard it planned: gathers, counts, cuts, token files.
-    assert len(list((work / "5-shuffle").glob("*/part-*.manifest.json"))) == plan["num_shards"]
-    assert len(list((work / "6-decontaminate").glob("*/counts/*.counts.json"))) == plan["num_shards"]
+    assert len(list((work / "5-shuffle").glob("*/.manifests/part-*.json"))) == plan["num_shards"]
+    assert len(list((work / "6-decontaminate").glob("*/.counts/*.counts.json"))) == plan["num_shards"]
     assert len(list((work / "8-tokenize").glob("*/part-*.manifest.json"))) == plan["num_shards"]
     assert IndexedDataset(MergeDataset(str(config)).dataset()).num_documents > 20
     before = stage_files(work)

@@ -1,3 +1,3 @@
 """textmill: raw web URL lists in, a deduplicated, tokenized corpus and a trained, evaluated GPT out."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

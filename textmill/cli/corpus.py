@@ -25,7 +25,7 @@ def run_command(args, stage: str, settings: dict) -> tuple:
     if args.workers < 1:
         raise TextmillError(f"--workers must be at least 1, not {args.workers}")
     timer = Timer()
-    result = run_stage(stage, args.inputs, args.output, settings, args.workers)
+    result = run_stage(stage, args.inputs, args.output, settings, args.workers, getattr(args, "output_format", "parquet"))
     summary = stage_summary(stage, result.manifests, resolve(args.output, Path.cwd()), timer.seconds)
     warning = reject_warning(summary)
     if warning:
@@ -94,6 +94,12 @@ def add_parsers(sub) -> None:
         p.add_argument("--output", "-o", required=True, help="output folder (or URL in a store): the stage's shards, "
                        "rejects and manifests; its earlier steps in OUTPUT/.textmill. Run again, it skips finished steps")
         p.add_argument("--workers", type=int, default=1, help="steps run at once (Luigi worker processes)")
+        if name != "blacklist":
+            p.add_argument("--output-format", choices=("parquet", "jsonl.gz"), default="parquet",
+                           help="the kept documents as zstd Parquet (what `datasets.load_dataset(\"parquet\", "
+                           "data_dir=OUTPUT)` reads), or as datatrove's JSON lines, NAME.jsonl.gz ({\"text\", \"id\", "
+                           "\"metadata\"}, textmill's other columns in the metadata). The next stage reads either; "
+                           "switching back and forth runs nothing again")
         add_arguments(p, config, **options)
         return p
 
@@ -116,7 +122,7 @@ def add_parsers(sub) -> None:
     fetching = ("concurrency", "timeout_s", "max_bytes", "max_redirects", "allow_private_addresses", "allow_networks",
                 "keep_html", "user_agent")
     p = stage("extract", "Extract title and text again from the HTML a scrape kept (--keep-html), fetching nothing: to "
-              "switch extractors on an existing crawl.", "scraped shards (with their NAME.html.parquet), or directories "
+              "switch extractors on an existing crawl.", "scraped shards (with their .html/NAME.parquet), or directories "
               "of them", ScrapeConfig, skip=fetching)
     p.set_defaults(func=cmd_extract)
 

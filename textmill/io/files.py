@@ -5,14 +5,17 @@ path in a store's mirror is fetched before it is read (textmill.io.store). Impor
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
 import sys
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from textmill.errors import TextmillError
 from textmill.io.store import fetch
 
 
@@ -102,8 +105,23 @@ def local_fingerprint(path: Path) -> dict:
     return FINGERPRINTS[key]
 
 
+LOOSE_JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
+
+
 def is_loose_json(path: Path) -> bool:
-    return path.suffix.lower() in (".jsonl", ".json")
+    """JSON lines, gzipped or not (Megatron's loose JSON; datatrove's and Dolma's .jsonl.gz/.json.gz)."""
+    return path.name.lower().endswith(LOOSE_JSON_SUFFIXES)
+
+
+def write_json_lines_gz(records: Iterable[dict], path: Path) -> int:
+    """Write JSON lines into a gzip file (no time or name in its header, so the same records give the same
+    bytes), under a temporary name; the number written."""
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+            count += 1
+    return count
 
 
 def has_lone_surrogate(value) -> bool:
@@ -122,22 +140,27 @@ JSON_LINE_REASONS = {"undecodable": "not valid UTF-8", "invalid_json": "not vali
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
-    """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file, or
-    (line number, raw line, None, reason) when the line is not valid UTF-8 JSON (`undecodable`,
-    `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`); JSON_LINE_REASONS says each."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                yield lineno, raw, None, "undecodable"
-                continue
-            except (json.JSONDecodeError, RecursionError):
-                yield lineno, raw, None, "invalid_json"
-                continue
-            if b"\\u" in raw and has_lone_surrogate(value):  # only an escape can make one
-                yield lineno, raw, None, "invalid_unicode"
-                continue
-            yield lineno, raw, value, None
+    """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file (gzipped
+    when its name ends in .gz), or (line number, raw line, None, reason) when the line is not valid UTF-8
+    JSON (`undecodable`, `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`);
+    JSON_LINE_REASONS says each. A gzip file cut short is one error."""
+    try:
+        with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if raw.strip():
+                    yield lineno, raw, *parsed_line(raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TextmillError(f"{path} is not a whole gzip file ({exc}); its lines cannot all be read") from None
+
+
+def parsed_line(raw: bytes) -> tuple[object, str | None]:
+    """A JSON line's value and None, or None and the reason it is not one (JSON_LINE_REASONS)."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "undecodable"
+    except (json.JSONDecodeError, RecursionError):
+        return None, "invalid_json"
+    if b"\\u" in raw and has_lone_surrogate(value):  # only an escape can make one
+        return None, "invalid_unicode"
+    return value, None

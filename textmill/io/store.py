@@ -214,5 +214,6 @@ def publish_tree(folder: Path) -> None:
 
 
 def files_under_locally(folder: Path) -> list[Path]:
-    """Every file under a local folder but the hidden ones (temporary files, the mirror's version notes)."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """Every file under a local folder but temporary files (.NAME.tmp-PID) and the mirror's version notes."""
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and not (p.name.startswith(".") and re.search(r"\.(version|tmp-\d+)$", p.name)))

@@ -52,7 +52,7 @@ class ScrapeConfig(StageConfig):
     allow_networks: tuple[str, ...] = setting((), "non-public addresses or networks (CIDR) fetched all the same, e.g. a "
                                               "mirror at 10.0.0.5 (narrower than allow_private_addresses)",
                                               old=("--allow-network",))
-    keep_html: bool = setting(False, "also write NAME.html.parquet with the raw HTML of each page, so text can be "
+    keep_html: bool = setting(False, "also write .html/NAME.parquet with the raw HTML of each page, so text can be "
                               "extracted again without fetching")
     retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a timeout, "
                            "a broken response, 429, 502, 503, 504) before it is a reject", least=0, keyed=False)

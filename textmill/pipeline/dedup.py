@@ -307,7 +307,7 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], exact_pair_
 
 
 def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
-    """clusters.json: the duplicates (id: keeper id), the counts and the parameters, whoever ran the steps."""
+    """The clusters record (.clusters.json): the duplicates (id: keeper id), the counts and the parameters, whoever ran the steps."""
     write_json({**clusters, "params": cfg.params()}, path)
 
 

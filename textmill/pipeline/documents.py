@@ -1,37 +1,98 @@
-"""Reading the documents a corpus stage takes: Parquet shards an earlier stage wrote, or loose JSON lines
-(Megatron's format), each record yielded with the reason it must be rejected, if any."""
+"""Reading the documents a corpus stage takes, and writing them for other tools.
+
+A stage reads Parquet shards an earlier stage wrote, loose JSON lines (Megatron's format; datatrove's and
+Dolma's .jsonl.gz and .json.gz) and other tools' Parquet with a `text` column (datatrove's, Dolma's: `id`,
+`text`, `metadata`). A record from another tool becomes a document row (`document_row`): its fields that
+are textmill's columns (`url`, `title`, ... at the top or in its `metadata`) fill them, and the rest is kept
+as its `metadata` (a JSON object), as datatrove's readers fold a record's other fields into its metadata.
+`datatrove_record` is the way back: what datatrove's JSONL writer writes, textmill's columns in the
+metadata, so a document read back from it is the row it was.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from textmill.io.files import is_loose_json, iter_json_lines
 from textmill.pipeline.blacklist import url_id
-from textmill.pipeline.shards import DOC_SCHEMA, read_rows
+from textmill.pipeline.shards import DOC_SCHEMA, holds_records, read_rows, shard_kind
+
+OWN_FIELDS = ("id", "text", "metadata")  # every other column may come from a record's fields or metadata
+_BLANK = dict.fromkeys(DOC_SCHEMA.names)
 
 
 def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
     """(document row, None) for each record of a shard, or (row, reason) for a bad one to reject.
 
-    Parquet shards hold DOC_SCHEMA rows. Loose JSON (.jsonl/.json, Megatron's format, one object a line
-    with at least "text") is read too; a line that is not valid UTF-8 JSON, or lacks a string "text",
-    becomes a reject that names its line, never a silent skip. Its id is the "id" field, else one
-    derived from "url", else "<file>:<line>"."""
-    if not is_loose_json(path):
+    A loose JSON line that is not valid UTF-8 JSON, or a record without a string "text", becomes a reject
+    that names its line, never a silent skip. A record's id is its "id" field, else one derived from its
+    URL, else "<file>:<line>"."""
+    if is_loose_json(path):
+        for lineno, raw, obj, reason in iter_json_lines(path):
+            where = f"{path.name}:{lineno}"
+            if reason:
+                yield {**_BLANK, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
+            else:
+                yield document_row(obj, where)
+    elif is_foreign_parquet(path):
+        for number, record in enumerate(read_rows(path), 1):
+            yield document_row(record, f"{path.name}:{number}")
+    else:
         for row in read_rows(path, kind="document"):
             yield row, None
-        return
-    blank = {name: None for name in DOC_SCHEMA.names}
-    for lineno, raw, obj, reason in iter_json_lines(path):
-        where = f"{path.name}:{lineno}"
-        if reason:
-            yield {**blank, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-            yield {**blank, "id": where}, "missing_text"
-            continue
-        url = obj.get("url") if isinstance(obj.get("url"), str) else None
-        doc_id = str(obj["id"]) if obj.get("id") is not None else (url_id(url) if url else where)
-        row = {**blank, **{k: obj[k] for k in DOC_SCHEMA.names if k in obj}, "id": doc_id, "url": url}
-        yield row, None
+
+
+def is_foreign_parquet(path: Path) -> bool:
+    """A Parquet file of another tool's documents (a `text` column, not textmill's document columns)."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError):
+        return False  # read_rows says what is wrong with it
+    return shard_kind(schema) != "document" and holds_records(schema)
+
+
+def document_row(record: object, where: str) -> tuple[dict, str | None]:
+    """A record of another tool as a document row (and None), or a reject (row, reason)."""
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        return {**_BLANK, "id": where}, "missing_text"
+    metadata = record.get("metadata")
+    if isinstance(metadata, str):  # datatrove's readers accept metadata as JSON text too
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            pass
+    metadata = {} if metadata is None else dict(metadata) if isinstance(metadata, dict) else {"metadata": metadata}
+    top = {k: v for k, v in record.items() if k not in OWN_FIELDS}
+    row = dict(_BLANK)
+    for field in DOC_SCHEMA:
+        if field.name not in OWN_FIELDS:
+            source = next((s for s in (top, metadata) if fits(s.get(field.name), field.type)), None)
+            if source is not None:
+                row[field.name] = source.pop(field.name)
+    rest = metadata | top  # a record's other fields join its metadata (top-level ones win), as in datatrove
+    row["metadata"] = json.dumps(rest, ensure_ascii=False, sort_keys=True, default=str) if rest else None
+    row["text"] = record["text"]
+    row["id"] = str(record["id"]) if record.get("id") is not None else (url_id(row["url"]) if row["url"] else where)
+    return row, None
+
+
+def fits(value: object, kind: pa.DataType) -> bool:
+    """Whether a JSON value can fill a column of this type (a value that cannot stays in the metadata)."""
+    if kind == pa.string():
+        return isinstance(value, str)
+    if pa.types.is_integer(kind):
+        return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def datatrove_record(row: dict) -> dict:
+    """A document row as datatrove's JSONL writer writes a Document: text, id, and metadata holding the
+    row's metadata and its other columns that have a value."""
+    metadata = json.loads(row["metadata"]) if row.get("metadata") else {}
+    metadata |= {k: v for k, v in row.items() if k not in OWN_FIELDS and v is not None}
+    return {"text": row["text"], "id": row["id"], **({"metadata": metadata} if metadata else {})}

@@ -52,7 +52,7 @@ from textmill.io.progress import progress
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, rejects_path, sidecar_path
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, readable, rejects_path, sidecar_path
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -392,13 +392,13 @@ def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:
     """The pages of a scraped shard extracted again by `cfg.extractor` from the HTML the scrape kept
     (keep_html), fetching nothing, into the document shard `output`: a page whose HTML was kept is kept or
     rejected by the new extraction; one without (its fetch failed) keeps its reject reason."""
-    html_file = sidecar_path(scraped, "html")
+    html_file = readable(sidecar_path(scraped, "html"))
     if not html_file.exists():
-        raise TextmillError(f"{scraped} has no kept HTML ({html_file.name}); scrape with --keep-html to extract "
+        raise TextmillError(f"{scraped} has no kept HTML ({html_file}); scrape with --keep-html to extract "
                             "again without fetching")
     pages = {page["id"]: page for page in read_rows(html_file)}
     rows = [(row, None) for row in read_rows(scraped, kind="document")]
-    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(rejects_path(scraped))]
+    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(readable(rejects_path(scraped)))]
 
     def again(item: tuple[dict, str | None]) -> tuple[dict, str | None, str | None]:
         row, reason = item

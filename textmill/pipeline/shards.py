@@ -2,9 +2,15 @@
 
 A stage turns input shards into one output shard per input (or per bucket). Each output is three files:
 
-    NAME.parquet           the kept records (zstd Parquet)
-    NAME.rejects.parquet   the rejected records, same columns plus `reason`
-    NAME.manifest.json     counts, reasons, parameters, input fingerprints, timings
+    NAME.parquet             the kept records (zstd Parquet)
+    .rejects/NAME.parquet    the rejected records, same columns plus `reason`
+    .manifests/NAME.json     counts, reasons, parameters, input fingerprints, timings
+
+Only the kept records show in a stage's folder: every other file's name (its rejects, manifests, a
+stage's own records) starts with a dot, so `datasets.load_dataset("parquet", data_dir=FOLDER)` and `ls`
+see the corpus and nothing else. Folders written before textmill 0.2 kept them beside the shard
+(NAME.rejects.parquet, NAME.manifest.json, task.json); they are still read (`readable`), and a run
+moves them into place (`upgrade_layout`).
 
 Every file is written under a temporary name in the same directory and renamed into place when complete,
 and the manifest is renamed last: a shard is finished exactly when its manifest exists, so a killed run
@@ -25,7 +31,8 @@ import pyarrow.parquet as pq
 
 from textmill import __version__
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, read_json_record, temporary_path, write_json
+from textmill.io.files import (LOOSE_JSON_SUFFIXES, atomic_path, file_fingerprint, read_json_record, temporary_path,
+                               write_json)
 
 URL_SCHEMA = pa.schema(
     [
@@ -47,8 +54,11 @@ DOC_SCHEMA = pa.schema(
         ("word_count", pa.int32()),
         ("elapsed_s", pa.float64()),  # wall-clock seconds of the fetch
         ("fetched_at", pa.string()),  # UTC ISO-8601 time the fetch finished
+        ("metadata", pa.string()),  # the source's own metadata (datatrove's, Dolma's) as a JSON object, or null
     ]
 )
+# Columns that shards written before them lack; read as null.
+LATER_COLUMNS = ("metadata",)
 
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRITE_BATCH_ROWS = 1024
@@ -59,17 +69,72 @@ def reject_schema(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field("reason", pa.string()))
 
 
+def shard_stem(path: Path) -> str:
+    """A shard's name without its format: NAME of NAME.parquet, NAME.jsonl, NAME.jsonl.gz, NAME.json.gz."""
+    name = path.name
+    suffix = next((s for s in (".parquet", *LOOSE_JSON_SUFFIXES) if name.lower().endswith(s)), path.suffix)
+    return name[: len(name) - len(suffix)]
+
+
 def rejects_path(shard: Path) -> Path:
-    return shard.with_name(f"{shard.stem}.rejects.parquet")
+    return sidecar_path(shard, "rejects")
 
 
 def manifest_path(shard: Path) -> Path:
-    return shard.with_name(f"{shard.stem}.manifest.json")
+    return shard.parent / ".manifests" / f"{shard_stem(shard)}.json"
 
 
 def sidecar_path(shard: Path, kind: str) -> Path:
-    """Extra per-shard files some stages keep (raw HTML, MinHash signatures): NAME.<kind>.parquet."""
-    return shard.with_name(f"{shard.stem}.{kind}.parquet")
+    """Another per-shard file of a stage (its rejects, the raw HTML scrape keeps): .<kind>/NAME.parquet."""
+    return shard.parent / f".{kind}" / f"{shard_stem(shard)}.parquet"
+
+
+def record_path(folder: Path, name: str) -> Path:
+    """A file or folder of a stage's own (dedup's clusters, the shuffle's plan, a task's record)."""
+    return folder / f".{name}"
+
+
+def earlier_layout(path: Path) -> Path | None:
+    """Where textmill before 0.2 kept the file `path` names (beside the shards, no dot), or None."""
+    hidden = path.parent.name
+    if hidden == ".manifests":
+        return path.parent.parent / f"{path.stem}.manifest.json"
+    if hidden.startswith(".") and path.suffix == ".parquet":
+        return path.parent.parent / f"{path.stem}.{hidden[1:]}{path.suffix}"
+    if path.name.startswith("."):
+        return path.with_name(path.name[1:])
+    return None
+
+
+def readable(path: Path) -> Path:
+    """`path`, or where an earlier textmill put the same file when only that exists."""
+    earlier = earlier_layout(path)
+    return earlier if earlier is not None and not path.exists() and earlier.exists() else path
+
+
+EARLIER_RECORDS = ("task.json", "clusters.json", "plan.json", "selected.json", "pairs", "counts")
+
+
+def upgrade_layout(folder: Path) -> int:
+    """Move the files of a stage folder written before textmill 0.2 into this layout (renames, no copies);
+    the number moved. A manifest or sidecar moves only beside a Parquet shard of its name, so token
+    files' manifests (PREFIX.manifest.json, beside .bin/.idx) stay where they are."""
+    moved = 0
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        stem, dot, kind = path.name.partition(".")
+        if path.name in EARLIER_RECORDS:
+            target = record_path(folder, path.name)
+        elif kind == "manifest.json" and (folder / f"{stem}.parquet").exists():
+            target = manifest_path(folder / f"{stem}.parquet")
+        elif kind.endswith(".parquet") and kind.count(".") == 1 and (folder / f"{stem}.parquet").exists():
+            target = sidecar_path(folder / f"{stem}.parquet", kind.split(".")[0])
+        else:
+            continue
+        if not target.exists():
+            target.parent.mkdir(exist_ok=True)
+            os.replace(path, target)
+            moved += 1
+    return moved
 
 
 def shard_name(text: str) -> str:
@@ -225,8 +290,8 @@ class ShardOutput:
 
 
 def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
-    """Resolve files and directories to the sorted list of data shards (NAME.parquet or loose JSON
-    NAME.jsonl; sidecars such as NAME.rejects.parquet are skipped).
+    """Resolve files and directories to the sorted list of data shards (NAME.parquet, or loose JSON
+    NAME.jsonl, NAME.jsonl.gz, ...; an earlier layout's sidecars such as NAME.rejects.parquet are skipped).
 
     In a directory a stage wrote (it holds manifests), every data shard must have its manifest, whole: a
     shard without one was left by a killed run (or its manifest was damaged) and must not be read as if it
@@ -236,12 +301,14 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            stage_dir = any(path.glob("*.manifest.json"))
-            suffixes = (".parquet",) if stage_dir else (".parquet", ".jsonl", ".json")
-            found = sorted(p for p in path.iterdir() if p.suffix in suffixes and _SHARD_NAME.match(p.stem))
+            stage_dir = (path / ".manifests").is_dir() or any(path.glob("*.manifest.json"))
+            # A stage's kept shards are Parquet, or datatrove's JSON lines (--output-format jsonl.gz).
+            suffixes = (".parquet", ".jsonl.gz") if stage_dir else (".parquet", *LOOSE_JSON_SUFFIXES)
+            found = sorted(p for p in path.iterdir()
+                           if p.name.lower().endswith(suffixes) and _SHARD_NAME.match(shard_stem(p)))
             if stage_dir:
-                unfinished = [p.name for p in found
-                              if read_json_record(manifest_path(p), "its shard counts as unfinished") is None]
+                unfinished = [p.name for p in found if read_json_record(readable(manifest_path(p)),
+                                                                        "its shard counts as unfinished") is None]
                 if unfinished:
                     raise TextmillError(
                         f"{path}: shard(s) {', '.join(unfinished[:3])} have no whole manifest (an interrupted run, "
@@ -253,7 +320,7 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
         else:
             raise TextmillError(f"input not found: {path}")
     if not shards:
-        raise TextmillError(f"no shards (*.parquet, *.jsonl) found in {', '.join(map(str, inputs))}")
+        raise TextmillError(f"no shards (*.parquet, *.jsonl, *.jsonl.gz) found in {', '.join(map(str, inputs))}")
     return shards
 
 
@@ -262,11 +329,27 @@ SHARD_KINDS = {"URL": (URL_SCHEMA, "`textmill blacklist` writes them; scrape rea
 
 
 def shard_kind(schema: pa.Schema) -> str | None:
-    """"URL" or "document" for a shard with every column of that kind (with its type), else None."""
+    """"URL" or "document" for a shard with every column of that kind (with its type; a column added since
+    may be missing), else None."""
     for kind, (expected, _) in SHARD_KINDS.items():
-        if all(schema.get_field_index(f.name) >= 0 and schema.field(f.name).type == f.type for f in expected):
+        if all(schema.field(f.name).type == f.type if f.name in schema.names else f.name in LATER_COLUMNS
+               for f in expected):
             return kind
     return None
+
+
+def holds_records(schema: pa.Schema) -> bool:
+    """Whether a Parquet file that is no shard of textmill's holds documents all the same: a string `text`
+    column (datatrove's and Dolma's Parquet: `id`, `text`, `metadata`)."""
+    return "text" in schema.names and schema.field("text").type in (pa.string(), pa.large_string())
+
+
+def document_table(table: pa.Table) -> pa.Table:
+    """A document shard's table with DOC_SCHEMA's columns (null where an older shard lacks a later one)."""
+    for name in LATER_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, DOC_SCHEMA.field(name).type))
+    return table.select(DOC_SCHEMA.names).cast(DOC_SCHEMA)
 
 
 def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = None) -> Iterator[dict]:
@@ -277,6 +360,8 @@ def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = 
         reader = pq.ParquetFile(shard)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
+    wanted = kind == "document" and columns is None
+    missing = [n for n in LATER_COLUMNS if n not in reader.schema_arrow.names] if wanted else []
     if kind is not None and shard_kind(reader.schema_arrow) != kind:
         found = shard_kind(reader.schema_arrow)
         holds = f"{found} rows" if found else f"columns {', '.join(reader.schema_arrow.names)}"
@@ -284,7 +369,8 @@ def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = 
         raise TextmillError(f"{shard} holds {holds}, not {kind} rows ({', '.join(expected.names)}; {who})")
     try:
         for batch in reader.iter_batches(batch_size=_WRITE_BATCH_ROWS, columns=columns):
-            yield from batch.to_pylist()
+            for row in batch.to_pylist():
+                yield {**row, **dict.fromkeys(missing)} if missing else row
     except (pa.ArrowException, OSError) as exc:
         raise TextmillError(f"{shard} is damaged ({str(exc).splitlines()[0][:200]}); write it again by re-running "
                             "the stage that made it") from None

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
 from textmill.io.store import readable
-from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, reject_schema, shard_kind
+from textmill.pipeline.documents import is_foreign_parquet, iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, document_table, reject_schema, shard_kind
 
 SCATTER_SCHEMA = reject_schema(DOC_SCHEMA)  # the reason column carries bad input records along to a reject
 
@@ -48,7 +48,7 @@ def scatter_record(scattered: Path) -> Path:
 
 def read_documents(shard: Path) -> pa.Table:
     """A shard's documents as one table of SCATTER_SCHEMA (reason set for a bad loose-JSON record)."""
-    if is_loose_json(shard):
+    if is_loose_json(shard) or is_foreign_parquet(shard):
         rows = [{**row, "reason": bad} for row, bad in iter_documents(shard)]
         return pa.Table.from_pylist(rows, schema=SCATTER_SCHEMA)
     try:
@@ -57,7 +57,7 @@ def read_documents(shard: Path) -> pa.Table:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
     if shard_kind(table.schema) != "document":
         next(iter_documents(shard), None)  # names what the shard holds instead
-    table = table.select(DOC_SCHEMA.names).cast(DOC_SCHEMA)
+    table = document_table(table)
     return table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
 
 

@@ -15,7 +15,7 @@ from textmill.errors import TextmillError
 from textmill.io.files import is_loose_json
 from textmill.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import read_rows, reason_key
+from textmill.pipeline.shards import manifest_path, read_rows, readable, reason_key, record_path
 
 TEXT_CHARS = 300  # of a record's text shown
 TOKEN_IDS = 24  # of a token document's ids shown
@@ -40,7 +40,7 @@ def inspect(path: Path, selection: Selection, tokenizer=None) -> list[str]:
     """The lines `textmill inspect` prints for `path`."""
     if path.is_dir():
         return folder_lines(path)
-    if path.name.endswith("manifest.json") or path.name == "task.json":
+    if path.parent.name == ".manifests" or path.name.endswith("manifest.json") or path.name in ("task.json", ".task.json"):
         return manifest_lines(path)
     prefix = path.with_suffix("") if path.suffix in (".bin", ".idx") else path
     if index_file_path(prefix).exists() or data_file_path(prefix).exists():
@@ -84,8 +84,10 @@ def record_lines(path: Path, what: str, rows: Iterator[dict], total: int | None,
 
 
 def keeper_urls(path: Path, rows: list[dict]) -> dict[str, str]:
-    """The URLs of the documents the rows' reasons name, from the kept shards beside `path`."""
-    return urls_of(named_documents(rows), sorted(path.parent.glob("*.parquet")))
+    """The URLs of the documents the rows' reasons name, from the kept shards of `path`'s stage folder (a
+    rejects file lies in its .rejects subfolder)."""
+    folder = path.parent.parent if path.parent.name.startswith(".") else path.parent
+    return urls_of(named_documents(rows), sorted(folder.glob("*.parquet")))
 
 
 def named_documents(rows: list[dict]) -> set[str]:
@@ -97,7 +99,7 @@ def urls_of(ids: set[str], shards: list[Path]) -> dict[str, str]:
     """The URLs of the documents `ids`, from those of `shards` that hold kept documents."""
     found: dict[str, str] = {}
     for shard in shards if ids else ():
-        if shard.name.endswith((".rejects.parquet", ".html.parquet")) or len(found) == len(ids):
+        if shard.name.endswith((".rejects.parquet", ".html.parquet")) or len(found) == len(ids):  # an earlier layout's
             continue
         try:
             for row in read_rows(shard, columns=["id", "url"]):
@@ -151,9 +153,11 @@ def manifest_lines(path: Path) -> list[str]:
 
 def folder_lines(folder: Path) -> list[str]:
     """A stage's folder: each shard's counts from its manifest, and the totals."""
-    manifests = sorted(folder.glob("*.manifest.json"))
+    shards = sorted([*folder.glob("*.parquet"), *folder.glob("*.jsonl.gz")])  # kept as Parquet or JSON lines
+    manifests = [readable(manifest_path(shard)) for shard in shards]
+    manifests = [m for m in manifests if m.exists()]
     if not manifests:
-        task = folder / "task.json"
+        task = readable(record_path(folder, "task.json"))
         if task.exists():
             return manifest_lines(task)
         raise TextmillError(f"{folder}: no shard manifests here (inspect a stage's output folder, or a file in one)")

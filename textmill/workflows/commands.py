@@ -7,6 +7,7 @@ every finished step; with other settings, it rewrites what they change."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,11 +18,11 @@ import luigi
 from textmill.config import TABLES
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import read_json, read_json_record, write_json
-from textmill.io.store import files_under, remove, shown
+from textmill.io.store import files_under, remove, shown, url_of
 from textmill.pipeline.shards import manifest_path
 from textmill.settings import Settings, resolve, to_table
 from textmill.workflows.memos import run_config
-from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, work_lock
+from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, upgrade_work_layout, work_lock
 from textmill.workflows.tasks import (BlacklistShard, CleanShard, Decontaminate, DedupClusters, DedupShard, ExtractShard,
                                       QualityShard, RunTask, ScrapeShard, Shuffle, input_files, num_shards)
 
@@ -34,13 +35,18 @@ class StageResult(NamedTuple):
 
 
 def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[str, Settings],
-              workers: int = 1) -> StageResult:
+              workers: int = 1, output_format: str = "parquet") -> StageResult:
     """Run the corpus stage `stage` alone on `inputs` (files or folders; local or URLs) into `output` with
     `settings` (its table's settings, and the tables it also reads: "tokenize" for clean's exact token
-    counts; the shuffle's seed is the run's seed) by `workers` Luigi workers."""
+    counts; the shuffle's seed is the run's seed) by `workers` Luigi workers; its kept shards left as
+    `output_format` (place_kept)."""
     folder = resolve(str(output), Path.cwd())
+    if output_format != "parquet" and url_of(folder) is not None:
+        raise TextmillError(f"--output-format {output_format} writes a local folder, not {output}; write Parquet "
+                            "there, or write locally and copy")
     folder.mkdir(parents=True, exist_ok=True)  # a folder it cannot write is the disk error it is
     with work_lock(folder, COMMAND_BUSY):
+        upgrade_work_layout(folder)
         config = str(command_file(stage, inputs, output, settings, folder))
         given = input_files(run_config(config))  # a missing or unreadable input: one error line before anything runs
         inside = [p for p in given if p.resolve().parent == folder.resolve()]
@@ -54,7 +60,10 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)
-        return stage_result(targets)
+        result = stage_result(targets)
+        if stage != "blacklist":  # its shards are URLs, not documents
+            place_kept(folder, kept_shards(targets), output_format)
+        return result
 
 
 def graph(targets: list[luigi.Task]) -> list[RunTask]:
@@ -89,6 +98,42 @@ def remove_stale(stage: str, folder: Path, targets: list[luigi.Task]) -> None:
     if stale:
         print(f"textmill {stage}: removed {len(stale)} file(s) an earlier run wrote that this one does not "
               f"({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
+
+
+def kept_shards(targets: list[luigi.Task]) -> list[Path]:
+    """The stage's kept shards, as its tasks write them (Parquet)."""
+    if isinstance(targets[0], (Shuffle, Decontaminate)):
+        return targets[0].shards()
+    return [t.shard_file() for t in targets if not isinstance(t, DedupClusters)]
+
+
+def place_kept(folder: Path, shards: list[Path], output_format: str) -> None:
+    """Leave the kept shards in `output_format`. "jsonl.gz": each becomes NAME.jsonl.gz, what datatrove's
+    JSONL writer writes (textmill's columns in each document's metadata), and its Parquet shard moves
+    aside into .parquet/, where a later command that asks for Parquet takes it back, running nothing
+    again. Either way, what an earlier command left in the other format for shards it no longer has goes."""
+    from textmill.io.files import write_json_lines_gz
+    from textmill.pipeline.documents import datatrove_record
+    from textmill.pipeline.shards import read_rows, shard_stem, sidecar_path
+
+    for shard in shards:
+        aside, as_jsonl = sidecar_path(shard, "parquet"), shard.with_name(f"{shard_stem(shard)}.jsonl.gz")
+        if output_format == "jsonl.gz":
+            if shard.exists() or not as_jsonl.exists():  # written (again) by this command, or asked for anew
+                source = shard if shard.exists() else aside
+                write_json_lines_gz((datatrove_record(row) for row in read_rows(source, kind="document")), as_jsonl)
+            if shard.exists():
+                aside.parent.mkdir(exist_ok=True)
+                os.replace(shard, aside)
+        else:
+            if aside.exists() and not shard.exists():
+                os.replace(aside, shard)
+            aside.unlink(missing_ok=True)
+            as_jsonl.unlink(missing_ok=True)
+    stems = {shard_stem(s) for s in shards}
+    for left in [*folder.glob("*.jsonl.gz"), *folder.glob(".parquet/*.parquet")]:
+        if shard_stem(left) not in stems:
+            left.unlink()
 
 
 def absolute(item: str | Path) -> str:

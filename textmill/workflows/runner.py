@@ -21,8 +21,8 @@ import luigi.worker
 
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.files import atomic_path, read_json_record, write_json
-from textmill.io.store import fetch, publish, remove
-from textmill.pipeline.shards import manifest_path
+from textmill.io.store import fetch, publish, remove, url_of
+from textmill.pipeline.shards import manifest_path, upgrade_layout
 from textmill.workflows.memos import run_config
 from textmill.workflows.tasks import EndToEnd, RunTask
 
@@ -182,6 +182,18 @@ def work_lock(work: Path, busy: str = RUN_BUSY) -> Iterator[None]:
         yield
 
 
+def upgrade_work_layout(work: Path) -> None:
+    """Move the files of WORK's stage folders written before textmill 0.2 into this layout (a local WORK,
+    under its lock: renames no other process sees half done), so their tasks stay complete."""
+    if url_of(work) is not None:
+        return
+    folders = [work, *work.glob("*/*"), *work.glob(".textmill/*/*")]
+    moved = sum(upgrade_layout(folder) for folder in folders if folder.is_dir())
+    if moved:
+        print(f"textmill: moved {moved} file(s) in {work} to where this version keeps them (rejects, manifests "
+              "and records in dot-folders beside the kept shards)", file=sys.stderr)
+
+
 def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = None) -> RunResult:
     """Build the run of `config`, then record it as a dated run: work/runs/<date_time>/run.json and
     report.html, work/report.html (the newest), and the results table of the last runs. Without a central
@@ -189,7 +201,9 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
     config = Path(config).resolve()
     if scheduler_url:
         return build_and_record(config, workers, {"scheduler_url": scheduler_url})
-    with work_lock(run_config(str(config)).run.work_dir):
+    work = run_config(str(config)).run.work_dir
+    with work_lock(work):
+        upgrade_work_layout(work)
         return build_and_record(config, workers, {"local_scheduler": True})
 
 

@@ -4,7 +4,7 @@ Every task takes the run's TOML file (`config`) and, for map stages, a shard num
 named by a key: a hash of the settings that change its output and of its inputs' keys, so changing a
 cleanup setting gives cleanup and everything after it new folders (they run again) while the folders
 before it are found complete. A shard task is complete when its manifest exists (written last); a
-global task when its `task.json` does.
+global task when its record (`.task.json`) does.
 
     BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i) -> SignatureShard(i)
       -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i) -> CleanShard(i) -> [QualityShard(i)]
@@ -43,10 +43,8 @@ from textmill.io.files import file_fingerprint, local_fingerprint, read_json, re
 from textmill.io.store import exists as store_exists
 from textmill.io.store import fetch, fetch_tree, files_under, local_path, publish, publish_tree, remove, shown
 from textmill.megatron.indexed import data_file_path, index_file_path
-from textmill.pipeline.shards import manifest_path
+from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.workflows.memos import BLACKLIST_KEYS, TASK_KEYS, listed_inputs, run_config
-
-TASK_FILE = "task.json"
 
 
 def key_of(*parts) -> str:
@@ -78,7 +76,7 @@ def shard_name(settings: RunConfig, shard: int) -> str:
     from textmill.pipeline.blacklist import url_list_shard_name
 
     path = input_files(settings)[shard]
-    return url_list_shard_name(path) if starts_with_url_lists(settings) else path.stem
+    return url_list_shard_name(path) if starts_with_url_lists(settings) else shard_stem(path)
 
 
 # The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
@@ -103,8 +101,10 @@ class DoneFile(luigi.Target):
 
 
 def written_as(folder: Path, pattern: str, done: Path) -> list[Path]:
-    """The files of one shard in `folder` (those matching `pattern`), its done file last."""
-    return sorted(folder.glob(pattern), key=lambda p: (p == done, p.name))
+    """The files of one shard in `folder` and its hidden subfolders (those matching `pattern`: the shard,
+    its rejects, its manifest): the shard first, its done file last."""
+    found = [*folder.glob(pattern), *folder.glob(f".*/{pattern}")]
+    return sorted(found, key=lambda p: (p == done, p.parent != folder, str(p)))
 
 
 class RunTask(luigi.Task):
@@ -199,7 +199,7 @@ class RunTask(luigi.Task):
         return [self.done_file()]
 
     def done_file(self) -> Path:
-        return self.folder() / TASK_FILE
+        return record_path(self.folder(), "task.json")
 
     def finish(self, **result) -> None:
         write_json({"task": self.task_id, "key": self.key(), **result}, self.done_file())
@@ -368,10 +368,10 @@ class ExtractShard(ShardTask):
     stage = "2-extract"
 
     def own_key(self) -> str:
-        from textmill.pipeline.shards import sidecar_path
+        from textmill.pipeline.shards import readable, sidecar_path
 
         given = self.requires().shard_file()
-        return key_of(self.requires().key(), file_fingerprint(sidecar_path(given, "html"))["sha256"],
+        return key_of(self.requires().key(), file_fingerprint(readable(sidecar_path(given, "html")))["sha256"],
                       self.settings.scrape.params())
 
     def requires(self):
@@ -379,11 +379,11 @@ class ExtractShard(ShardTask):
 
     def make(self):
         from textmill.pipeline.scrape import extract_shard
-        from textmill.pipeline.shards import rejects_path, sidecar_path
+        from textmill.pipeline.shards import readable, rejects_path, sidecar_path
 
         given = fetch(self.requires().shard_file())
         for sidecar in (rejects_path(given), sidecar_path(given, "html")):
-            fetch(sidecar)
+            fetch(readable(sidecar))
         extract_shard(given, self.shard_file(), self.settings.scrape)
 
 
@@ -453,7 +453,7 @@ class DedupBand(RunTask):
         return [DedupBandKeys(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
-        return self.folder() / "pairs" / f"band-{self.band:03d}.parquet"
+        return record_path(self.folder(), "pairs") / f"band-{self.band:03d}.parquet"
 
     def make(self):
         from textmill.pipeline.dedup import band_pairs, write_pairs
@@ -478,7 +478,7 @@ class DedupClusters(RunTask):
         return [DedupBand(self.config, b) for b in range(dedup.bands + 1 + dedup.exact_duplicates)]
 
     def clusters_file(self) -> Path:
-        return self.folder() / "clusters.json"
+        return record_path(self.folder(), "clusters.json")
 
     def make(self):
         from textmill.pipeline.dedup import cluster_pairs, write_clusters
@@ -595,7 +595,7 @@ class ShufflePlan(RunTask):
         return [cleaned(self.config, i) for i in range(num_shards(self.settings))]
 
     def done_file(self) -> Path:
-        return self.folder() / "plan.json"
+        return record_path(self.folder(), "plan.json")
 
     def make(self):
         from textmill.pipeline.shuffle import shard_count
@@ -752,7 +752,7 @@ class DecontaminateCount(DecontaminateStep):
         return shuffled(self.config)
 
     def done_file(self) -> Path:
-        return self.folder() / "counts" / f"{self.input_shard(self.part).stem}.counts.json"
+        return record_path(self.folder(), "counts") / f"{self.input_shard(self.part).stem}.counts.json"
 
     def make(self):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
@@ -772,7 +772,7 @@ class DecontaminateSelect(PerShuffledShard, DecontaminateStep):
         return [shuffled(self.config)]
 
     def done_file(self) -> Path:
-        return self.folder() / "selected.json"
+        return record_path(self.folder(), "selected.json")
 
     def make(self):
         from textmill.pipeline.decontaminate import select_from_counts
@@ -996,11 +996,11 @@ class TrainGPT(RunTask):
                       start and start["key"])
 
     def start_from(self) -> dict | None:
-        """The task.json of the model this one starts from, or None to start from scratch."""
+        """The record (.task.json) of the model this one starts from, or None to start from scratch."""
         if self.settings.train.resume != "latest":
             return None
         dataset, vocabulary = MergeDataset(self.config).key(), tokenizer_key(self.config, self.settings)
-        earlier = [read_json(p) for p in files_under(self.work / self.stage) if p.name == TASK_FILE]
+        earlier = [read_json(p) for p in files_under(self.work / self.stage) if p == record_path(p.parent, "task.json")]
         earlier = [e for e in earlier if e.get("dataset_key") != dataset and e.get("tokenizer_key") == vocabulary]
         return max(earlier, key=lambda e: e["finished"], default=None)
 
