@@ -93,7 +93,8 @@ TABLES = {
     "schedule": Table(ScheduleSection),
 }
 TRAINER_SET_BY_WORKFLOW = {name: "the workflow sets it itself" for name in
-                           ("data_path", "vocab_file", "merge_file", "vocab_size", "save", "load")}
+                           ("data_path", "vocab_file", "merge_file", "vocab_size", "save", "load", "tokenizer_type",
+                            "tokenizer_model")}
 
 
 def example_config() -> str:
@@ -107,7 +108,8 @@ def example_config() -> str:
         if name == "train":
             parts.append(example_table("train", TrainConfig, skip=tuple(TRAINER_SET_BY_WORKFLOW), note=(
                 "The options of `textmill train` (see its --help), with _ for -. Not set: data_path, vocab_file, "
-                "merge_file,\nvocab_size, save and load, which the workflow gives.")).partition("\n")[2])
+                "merge_file,\nvocab_size, tokenizer_type, tokenizer_model, save and load, which the workflow "
+                "gives.")).partition("\n")[2])
     return "\n".join(parts)
 
 
@@ -221,6 +223,10 @@ def trainer_config(table: dict, path: Path, **given) -> tuple[TrainConfig, dict]
 
 def checked(path: Path, values: dict) -> RunConfig:
     settings = RunConfig(path=path, **values)
+    if settings.tokenize.tokenizer_type != "GPT2BPETokenizer":
+        raise TextmillError("[tokenize] tokenizer_type: a run encodes with GPT-2 BPE files (vocab_file and merge_file, "
+                            "or a BPE it trains); for a Hugging Face tokenizer, tokenize with `textmill tokenize "
+                            "--tokenizer-type HuggingFaceTokenizer` and train with `textmill train`")
     if settings.train.resume == "latest" and not settings.tokenize.vocab_file:
         raise TextmillError("[train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on each corpus "
                             "gives each model its own vocabulary")

@@ -12,7 +12,6 @@ from textmill.tokenizers.config import TokenizeConfig
 def cmd_tokenize(args) -> str:
     from textmill.pipeline.shards import list_shards
     from textmill.report.lines import tokenize_line, trained_tokenizer_line
-    from textmill.tokenizers.gpt2 import GPT2Tokenizer
     from textmill.tokenizers.preprocess import dataset_prefix, rejects_file, tokenize_files
     from textmill.tokenizers.train import train_bpe_on_files
 
@@ -20,9 +19,8 @@ def cmd_tokenize(args) -> str:
     config = from_namespace(TokenizeConfig, args)
     inputs = list_shards(args.inputs)
     lines = []
-    if config.vocab_file:
-        tokenizer = GPT2Tokenizer(config.vocab_file, config.merge_file)
-    else:
+    tokenizer = config.given_tokenizer()
+    if tokenizer is None:
         tokenizer = train_bpe_on_files(inputs, args.output_prefix, config)
         lines.append(trained_tokenizer_line(tokenizer))
     m = tokenize_files(inputs, args.output_prefix, tokenizer, config)
@@ -57,7 +55,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("tokenize", help="GPT-2 BPE-encode documents into Megatron .bin/.idx files (tools/preprocess_data.py).",
                        description="GPT-2 BPE-encode documents into Megatron .bin/.idx files, as Megatron-LM's "
                        "tools/preprocess_data.py does. Without --vocab-file/--merge-file a byte-level BPE is first "
-                       "trained on the input and saved as PREFIX-vocab.json and PREFIX-merges.txt.", formatter_class=fmt)
+                       "trained on the input and saved as PREFIX-vocab.json and PREFIX-merges.txt. With "
+                       "--tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR, a model's own tokenizer (a local "
+                       "Hugging Face folder) encodes instead, as transformers does.", formatter_class=fmt)
     p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
     p.add_argument("--output-prefix", required=True,
                    help="writes PREFIX_KEY_document.bin/.idx per JSON key, PREFIX.rejects.jsonl and PREFIX.manifest.json")
@@ -69,7 +69,8 @@ def add_parsers(sub) -> None:
                        "which Megatron-LM (--vocab-file/--merge-file), transformers and textmill load.", formatter_class=fmt)
     p.add_argument("--input", dest="inputs", nargs="+", required=True, metavar="PATH", help=texts)
     p.add_argument("--output-prefix", required=True, help="writes PREFIX-vocab.json and PREFIX-merges.txt")
-    add_arguments(p, TokenizeConfig, skip=("vocab_file", "merge_file", "append_eod", "workers"),
+    add_arguments(p, TokenizeConfig, skip=("vocab_file", "merge_file", "append_eod", "workers", "tokenizer_type",
+                                           "tokenizer_model"),
                   help_for={"json_keys": "fields whose text is learned from"})
     p.set_defaults(func=cmd_train_tokenizer)
 

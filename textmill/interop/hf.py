@@ -130,6 +130,14 @@ def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int) -> dic
 
 
 def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
+    """The model's tokenizer beside it: a Hugging Face tokenizer's own files as they are, or GPT-2's two
+    files with the config transformers' GPT2Tokenizer reads."""
+    from textmill.tokenizers.hf import HFTokenizer
+
+    if isinstance(tokenizer, HFTokenizer):
+        for path in tokenizer.files:
+            shutil.copyfile(path, out / path.name)
+        return
     vocab_file, merge_file = tokenizer.files
     shutil.copyfile(vocab_file, out / "vocab.json")
     shutil.copyfile(merge_file, out / "merges.txt")

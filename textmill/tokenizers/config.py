@@ -9,6 +9,7 @@ from typing import Literal
 
 from textmill.errors import TextmillError
 from textmill.settings import SEED_MAX, Settings, setting
+from textmill.tokenizers.hf import check_tokenizer_choice
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,27 @@ class TokenizeConfig(Settings):
                                "does so only with --append-eod)")
     workers: int = setting(2, "encoding threads (the encoder runs outside the GIL; does not change the output)",
                            least=1, keyed=False)
-    tokenizer_type: Literal["GPT2BPETokenizer"] = setting(
-        "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT-2 BPE (from vocab_file and merge_file, or trained), "
-        "the one textmill has", keyed=False)
+    tokenizer_type: Literal["GPT2BPETokenizer", "HuggingFaceTokenizer"] = setting(
+        "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT2BPETokenizer (vocab_file and merge_file, or a BPE "
+        "trained on the documents) or HuggingFaceTokenizer (a model's own, from the local folder tokenizer_model)")
+    tokenizer_model: Path | None = setting(None, "with tokenizer_type HuggingFaceTokenizer: a local Hugging Face "
+                                           "tokenizer folder (tokenizer.json; its tokenizer_config.json names the "
+                                           "eos_token that ends documents), e.g. the one beside an imported model")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if (self.vocab_file is None) != (self.merge_file is None):
             raise TextmillError("vocab_file and merge_file go together")
+        check_tokenizer_choice(self.tokenizer_type, self.tokenizer_model, self.vocab_file)
+
+    def given_tokenizer(self):
+        """The tokenizer these settings name (GPT-2 files, or a Hugging Face folder), or None: train one."""
+        if self.tokenizer_model is not None:
+            from textmill.tokenizers.hf import HFTokenizer
+
+            return HFTokenizer(self.tokenizer_model)
+        if self.vocab_file is not None:
+            from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+            return GPT2Tokenizer(self.vocab_file, self.merge_file)
+        return None

@@ -278,17 +278,24 @@ def load_model(root: Path, device: str | torch.device = "cpu"):
 
 
 def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=None):
-    """The GPT-2 tokenizer a checkpoint was trained with: the given files, or the copies the trainer keeps
-    in `<root>/tokenizer/`. Its size must be the checkpoint's unpadded vocabulary size."""
+    """The tokenizer a checkpoint was trained with: the given GPT-2 files, or the copies the trainer keeps in
+    `<root>/tokenizer/` (GPT-2's vocab.json + merges.txt, or a Hugging Face folder's tokenizer.json). Its
+    size must be the checkpoint's unpadded vocabulary size."""
     from textmill.tokenizers.gpt2 import GPT2Tokenizer
+    from textmill.tokenizers.hf import HFTokenizer, is_hf_tokenizer_folder
 
-    if not (vocab_file and merge_file):
-        vocab_file, merge_file = root / "tokenizer" / "vocab.json", root / "tokenizer" / "merges.txt"
-        if not vocab_file.exists() or not merge_file.exists():
-            raise TextmillError(f"{root}/tokenizer/ holds no vocab.json + merges.txt; give --vocab-file and --merge-file")
-    tokenizer = GPT2Tokenizer(vocab_file, merge_file)
+    kept = root / "tokenizer"
+    if vocab_file and merge_file:
+        tokenizer, source = GPT2Tokenizer(vocab_file, merge_file), vocab_file
+    elif is_hf_tokenizer_folder(kept):
+        tokenizer, source = HFTokenizer(kept), kept / "tokenizer.json"
+    elif (kept / "vocab.json").exists() and (kept / "merges.txt").exists():
+        tokenizer, source = GPT2Tokenizer(kept / "vocab.json", kept / "merges.txt"), kept / "vocab.json"
+    else:
+        raise TextmillError(f"{kept}/ holds no vocab.json + merges.txt (nor tokenizer.json); give --vocab-file and "
+                            "--merge-file")
     expected = meta.get("vocab_size")
     if expected is not None and tokenizer.vocab_size != expected:
-        raise TextmillError(f"{vocab_file} has {tokenizer.vocab_size} tokens, but the checkpoint was trained "
+        raise TextmillError(f"{source} has {tokenizer.vocab_size} tokens, but the checkpoint was trained "
                             f"with a vocabulary of {expected}")
     return tokenizer

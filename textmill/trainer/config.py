@@ -13,6 +13,7 @@ from typing import Literal
 
 from textmill.errors import TextmillError
 from textmill.settings import SEED_MAX, Settings, setting, settings_of, to_argv
+from textmill.tokenizers.hf import check_tokenizer_choice
 from textmill.trainer.parallel.dims import ParallelDims
 
 # Named sizes: GPT-2's four (Radford et al. 2019, as Megatron configures them) and one for CPU runs.
@@ -72,9 +73,12 @@ class TrainConfig(Settings):
                                       group=DATA)
     vocab_size: int | None = setting(None, "vocabulary size when no --vocab-file is given", least=1, group=DATA)
     no_index_cache: bool = setting(False, "rebuild the sample index instead of caching it beside the data", group=DATA)
-    tokenizer_type: Literal["GPT2BPETokenizer"] = setting(
-        "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT-2 BPE from --vocab-file and --merge-file, the one "
-        "textmill has", group=DATA)
+    tokenizer_type: Literal["GPT2BPETokenizer", "HuggingFaceTokenizer"] = setting(
+        "GPT2BPETokenizer", "Megatron's name of the tokenizer the data was made with: GPT2BPETokenizer (--vocab-file "
+        "and --merge-file) or HuggingFaceTokenizer (--tokenizer-model)", group=DATA)
+    tokenizer_model: Path | None = setting(None, "with --tokenizer-type HuggingFaceTokenizer: the local Hugging Face "
+                                           "tokenizer folder the data was tokenized with (gives the vocabulary size; "
+                                           "its files are kept with the checkpoints)", group=DATA)
     data_impl: Literal["mmap"] = setting("mmap", "Megatron's older flag for the data format: textmill reads its mmap "
                                          ".bin/.idx files", group=DATA)
     # training
@@ -179,6 +183,7 @@ class TrainConfig(Settings):
             raise TextmillError("--rampup-batch-size is not supported: textmill trains at --global-batch-size from the "
                                 "first step; drop the flag (the run then takes --train-samples at that batch size)")
         self.samples_as_iterations()
+        check_tokenizer_choice(self.tokenizer_type, self.tokenizer_model, self.vocab_file)
         if self.checkpoint_activations:  # the newer spelling, so that the config reads one way
             if self.recompute_granularity == "selective":
                 raise TextmillError("--checkpoint-activations (full recomputation) and --recompute-granularity selective "
@@ -316,6 +321,10 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
 
 
 def unpadded_vocab_size(config: TrainConfig) -> int:
+    if config.tokenizer_model:
+        from textmill.tokenizers.hf import HFTokenizer
+
+        return HFTokenizer(config.tokenizer_model).vocab_size
     if config.vocab_file:
         try:
             return len(json.loads(Path(config.vocab_file).read_text(encoding="utf-8")))

@@ -4,6 +4,7 @@ restored from one into whatever layout the Trainer has now."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -42,11 +43,28 @@ def save_training_state(trainer) -> Path:
         "parallel": trainer.dims.to_dict(),
     }
     path = save_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.ckpt_format)
-    if is_writer() and trainer.config.vocab_file and trainer.config.merge_file and not (root / "tokenizer" / "merges.txt").exists():
-        (root / "tokenizer").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(trainer.config.vocab_file, root / "tokenizer" / "vocab.json")
-        shutil.copyfile(trainer.config.merge_file, root / "tokenizer" / "merges.txt")
+    if is_writer() and not (root / "tokenizer").exists():  # the tokenizer travels with the model
+        keep_tokenizer(trainer.config, root / "tokenizer")
     return path
+
+
+def keep_tokenizer(config, folder: Path) -> None:
+    """Copy the tokenizer files the data was made with into `folder` (written whole, then renamed)."""
+    from textmill.tokenizers.hf import TOKENIZER_FILES
+
+    if config.tokenizer_model:
+        files = {name: Path(config.tokenizer_model) / name for name in TOKENIZER_FILES}
+        files = {name: path for name, path in files.items() if path.is_file()}
+    elif config.vocab_file and config.merge_file:
+        files = {"vocab.json": config.vocab_file, "merges.txt": config.merge_file}
+    else:
+        return
+    staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name, path in files.items():
+        shutil.copyfile(path, staging / name)
+    os.replace(staging, folder)
 
 
 def load_training_state(trainer, root: Path) -> None:

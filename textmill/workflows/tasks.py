@@ -515,18 +515,11 @@ class DedupShard(ShardTask):
                      [shard])
 
 
-def given_tokenizer(settings: RunConfig):
-    from textmill.tokenizers.gpt2 import GPT2Tokenizer
-
-    t = settings.tokenize
-    return GPT2Tokenizer(t.vocab_file, t.merge_file) if t.vocab_file else None
-
-
 class CleanShard(ShardTask):
     stage = "4-clean"
 
     def own_key(self) -> str:
-        t = given_tokenizer(self.settings)
+        t = self.settings.tokenize.given_tokenizer()
         counted_by = [file_fingerprint(p)["sha256"] for p in t.files] if t else "approx"
         return key_of(self.requires().key(), self.settings.clean.params(), counted_by)
 
@@ -537,7 +530,7 @@ class CleanShard(ShardTask):
         from textmill.pipeline.clean import clean_shard
 
         clean_shard(fetch(self.requires().shard_file()), self.shard_file(), self.settings.clean,
-                    given_tokenizer(self.settings))
+                    self.settings.tokenize.given_tokenizer())
 
 
 class QualityShard(ShardTask):
