@@ -109,6 +109,24 @@ def test_interleaved_pipeline_and_llama_blocks_under_tensor_parallelism(corpus, 
 
 
 @pytest.mark.slow
+def test_grouped_query_attention_under_tensor_and_pipeline_parallelism(corpus, tmp_path):
+    """Four query heads in two groups (one group per tensor-parallel rank, each with its two queries), LLaMA
+    3.1's rope scaling, two pipeline stages: the single-process curve, and a checkpoint that loads whole."""
+    gqa = dict(**LLAMA, group_query_attention=True, num_query_groups=2, use_rope_scaling=True, rope_scaling_factor=4.0,
+               num_layers=4)
+    whole = single_process(corpus, tmp_path / "gqa", 6, **gqa)
+    split = distributed(corpus, tmp_path / "gqa-tp-pp", 4, 6, **gqa, **TP, **PP, **SP)
+    assert_same_curve(split[0], whole[0])
+    assert_same_curve(split[1], whole[1])
+    model, _ = load_model(tmp_path / "gqa-tp-pp")
+    reference, _ = load_model(tmp_path / "gqa")
+    assert model.blocks["0"].attn.qkv.weight.shape == ((4 + 2 * 2) * 16, 64)
+    tokens = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (model(tokens) - reference(tokens)).abs().max().item() < 1e-4
+
+
+@pytest.mark.slow
 def test_tensor_and_pipeline_checkpoints_reshard_at_load(corpus, tmp_path):
     whole, _ = single_process(corpus, tmp_path / "whole", 8)
     # TP=2 for 4 iterations, then one process; PP=2 for 4, then one process.

@@ -456,3 +456,35 @@ exit 2
     assert table.read_text().splitlines() == ["0 1 * * * echo someone else's job"]
     bad = cli("schedule", str(config), "--at", "25:00")
     assert bad.returncode == 2 and bad.stderr.strip() == "textmill: error: [schedule] at: '25:00' is not a time of day HH:MM"
+
+
+@pytest.mark.slow
+def test_a_run_fine_tunes_a_hugging_face_model_on_its_corpus_with_the_models_tokenizer(tmp_path, site):
+    """[train] init_from = "hf:PATH": the model imported, the corpus tokenized with its tokenizer (no BPE
+    trained), trained from its weights in its shape, evaluated and exported."""
+    import transformers
+    from test_families import write_hf_llama
+
+    from textmill.trainer.checkpoint import load_model
+
+    config = make_run(tmp_path, site, train="true", train_iters=4)
+    write_hf_llama(tmp_path / "llama", 2)
+    config.write_text(config.read_text().replace("[train]\n", '[train]\ninit_from = "hf:llama"\n'))
+    r = run_cli("run", str(config))
+    assert r.returncode == 0, r.stderr[-3000:]
+    work = tmp_path / "work"
+    assert not (work / "7-tokenizer").exists() and list((work / "7-import").glob("*/ckpt/tokenizer/tokenizer.json"))
+    [log] = (work / "10-train").glob("*/train.log")
+    assert "--finetune --use-checkpoint-args" in log.read_text() and "--tokenizer-type HuggingFaceTokenizer" in log.read_text()
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path / "llama")
+    [dataset] = (work / "9-dataset").glob("*/corpus_text_document.idx")
+    documents = IndexedDataset(dataset.with_suffix(""))
+    assert documents[0][0] == reference.bos_token_id and documents[0][-1] == reference.eos_token_id
+    [ckpt] = (work / "10-train").glob("*/ckpt")
+    trained, meta = load_model(ckpt)
+    assert trained.config.kv_heads == 2 and meta.meta["iteration"] == 4
+    [exported] = (work / "12-export").glob("*/hf")
+    again = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    assert again.config.num_key_value_heads == 2 and (exported / "tokenizer.json").is_file()
+    rerun = run_cli("run", str(config))
+    assert rerun.returncode == 0 and "7-import" not in rerun.stderr  # all done: nothing imported or trained again

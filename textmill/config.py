@@ -43,6 +43,20 @@ class TrainSection(Settings):
     resume: Literal["fresh", "latest"] = setting("fresh", '"latest": start from the weights of the newest model '
                                                  "trained on an earlier corpus (fresh optimizer and schedule, as "
                                                  "--finetune); needs [tokenize] vocab_file")
+    init_from: str = setting("", '"hf:PATH": fine-tune a Hugging Face model folder (PATH relative to this file) '
+                             "instead of training from scratch: it is imported, the corpus is tokenized with its own "
+                             "tokenizer, and the model's shape comes from it (the shape settings here are unused)")
+
+    def hf_folder(self, base: Path) -> Path | None:
+        """The Hugging Face folder of init_from, resolved against the run file's folder; None without one."""
+        if not self.init_from:
+            return None
+        if not self.init_from.startswith("hf:") or len(self.init_from) == 3:
+            raise TextmillError(f'[train] init_from {self.init_from!r}: give "hf:PATH", a Hugging Face model folder')
+        return (base / self.init_from[3:]).resolve()
+
+
+WORKFLOW_TRAIN_KEYS = tuple(f.name for f in fields(TrainSection))
 
 
 @dataclass(frozen=True)
@@ -167,7 +181,7 @@ def load_config(path: str | Path) -> RunConfig:
     try:
         settings = checked(path, {**read_tables(path, raw), "command": command})
         if settings.train.enabled:
-            check_train({k: v for k, v in raw.get("train", {}).items() if k not in ("enabled", "resume")}, path,
+            check_train({k: v for k, v in raw.get("train", {}).items() if k not in WORKFLOW_TRAIN_KEYS}, path,
                         settings.tokenize)
         fetch_inputs(settings)
         return settings
@@ -202,7 +216,7 @@ def read_tables(path: Path, raw: dict) -> dict:
         if not isinstance(given, dict):
             raise TextmillError(f"{name} must be a [{name}] table")
         extra = {"seed": values["run"].seed} if name == "shuffle" else {}
-        own = given if name != "train" else {k: v for k, v in given.items() if k in ("enabled", "resume")}
+        own = given if name != "train" else {k: v for k, v in given.items() if k in WORKFLOW_TRAIN_KEYS}
         values[name] = from_table(table.settings, name, own, path.parent, skip=table.workflow_sets, **extra)[0]
         if name == "train":
             trainer = {k: v for k, v in given.items() if k not in own}
@@ -225,8 +239,14 @@ def checked(path: Path, values: dict) -> RunConfig:
     settings = RunConfig(path=path, **values)
     if settings.tokenize.tokenizer_type != "GPT2BPETokenizer":
         raise TextmillError("[tokenize] tokenizer_type: a run encodes with GPT-2 BPE files (vocab_file and merge_file, "
-                            "or a BPE it trains); for a Hugging Face tokenizer, tokenize with `textmill tokenize "
-                            "--tokenizer-type HuggingFaceTokenizer` and train with `textmill train`")
+                            "or a BPE it trains), or with the model's own tokenizer when [train] init_from names one")
+    if settings.train.hf_folder(path.parent) is not None:
+        if settings.tokenize.vocab_file or settings.train.resume == "latest":
+            raise TextmillError("[train] init_from brings the model's own tokenizer and weights: leave out [tokenize] "
+                                "vocab_file and [train] resume")
+        if not (settings.train.hf_folder(path.parent) / "config.json").is_file():
+            raise TextmillError(f"[train] init_from: {settings.train.hf_folder(path.parent)} holds no config.json (a "
+                                "Hugging Face model folder)")
     if settings.train.resume == "latest" and not settings.tokenize.vocab_file:
         raise TextmillError("[train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on each corpus "
                             "gives each model its own vocabulary")

@@ -58,7 +58,8 @@ def read_clozes(path: Path, tokenizer, strict: bool) -> list[Cloze]:
 def make_cloze(text: str, tokenizer, strict: bool) -> Cloze:
     if strict:
         word = text.split()[-1]
-        return Cloze(tokenizer.encode(text[: text.rfind(word)].strip()), tokenizer.encode(" " + word))
+        # The target continues the context: no special tokens of its own (a LLaMA tokenizer's BOS)
+        return Cloze(tokenizer.encode(text[: text.rfind(word)].strip()), tokenizer.encode_plain(" " + word))
     tokens = tokenizer.encode(text)
     return Cloze(tokens[:-1], tokens[-1:])
 

@@ -1,14 +1,18 @@
 """Hugging Face folders to and from textmill checkpoints, without importing transformers.
 
 Export writes what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` read:
-config.json, model.safetensors (fp32), vocab.json, merges.txt, tokenizer_config.json and
-special_tokens_map.json. A GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm,
+config.json, model.safetensors (fp32) and the tokenizer's files (vocab.json, merges.txt,
+tokenizer_config.json and special_tokens_map.json for GPT-2 BPE; a Hugging Face tokenizer's own). A
+GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm,
 SwiGLU, no biases) `LlamaForCausalLM`; other mixtures have no Hugging Face class and are refused.
 
 The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
-version 2.0) groups the rows of the [3h, h] matrix per head, [heads, (q, k, v), head_dim]; GPT-2 wants
-[Q all heads; K all heads; V all heads], stored transposed because its `Conv1D` keeps [in, out]; LLaMA
-wants three separate [h, h] matrices (docs/REFERENCE.md section 7.3). The embedding keeps only the real
+version 2.0) groups its rows per query group, [groups, (queries, k, v), head_dim] ([heads, (q, k, v),
+head_dim] without grouped-query attention); GPT-2 wants [Q all heads; K all heads; V all heads], stored
+transposed because its `Conv1D` keeps [in, out]; LLaMA wants three separate matrices, K and V with
+num_key_value_heads heads (docs/REFERENCE.md section 7.3). LLaMA 3.1's rope scaling (rope_type "llama3")
+comes in and goes out with its four numbers. A folder with a tokenizer.json brings it along as it is (the
+model's own tokenizer, kept in the checkpoint's tokenizer/), else GPT-2's vocab.json and merges.txt. The embedding keeps only the real
 vocabulary's rows on export and gets Megatron's padding back, as zero rows, on import.
 """
 
@@ -32,8 +36,9 @@ HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
 
 def hf_family(model_config: GPTConfig) -> str:
-    gpt2 = (model_config.position_embedding, model_config.normalization, model_config.activation in GPT2_ACTIVATIONS, model_config.bias)
-    if gpt2 == ("learned", "layernorm", True, True):
+    gpt2 = (model_config.position_embedding, model_config.normalization, model_config.activation in GPT2_ACTIVATIONS, model_config.bias,
+            model_config.kv_heads == model_config.num_attention_heads)
+    if gpt2 == ("learned", "layernorm", True, True, True):
         return "gpt2"
     if (model_config.position_embedding, model_config.normalization, model_config.activation, model_config.bias) == ("rope", "rmsnorm", "swiglu", False):
         return "llama"
@@ -45,15 +50,20 @@ def hf_family(model_config: GPTConfig) -> str:
 
 
 def split_qkv(w: torch.Tensor, model_config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-head [heads, 3, head_dim, ...] rows -> Q, K, V, each [heads * head_dim, ...]."""
-    grouped = w.reshape(model_config.num_attention_heads, 3, model_config.head_dim, *w.shape[1:])
-    return tuple(grouped[:, i].reshape(model_config.hidden_size, *w.shape[1:]) for i in range(3))
+    """Rows grouped per query group, [groups, (queries, k, v), head_dim, ...] -> Q [heads * head_dim, ...],
+    K and V [groups * head_dim, ...] (every head its own group without grouped-query attention)."""
+    groups, queries = model_config.kv_heads, model_config.num_attention_heads // model_config.kv_heads
+    grouped = w.reshape(groups, queries + 2, model_config.head_dim, *w.shape[1:])
+    return (grouped[:, :queries].reshape(-1, *w.shape[1:]), grouped[:, queries].reshape(-1, *w.shape[1:]),
+            grouped[:, queries + 1].reshape(-1, *w.shape[1:]))
 
 
 def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_config: GPTConfig) -> torch.Tensor:
     """Inverse of split_qkv."""
-    parts = [t.reshape(model_config.num_attention_heads, model_config.head_dim, *t.shape[1:]) for t in (q, k, v)]
-    return torch.stack(parts, dim=1).reshape(3 * model_config.hidden_size, *q.shape[1:])
+    groups, head_dim = model_config.kv_heads, model_config.head_dim
+    parts = [q.reshape(groups, -1, head_dim, *q.shape[1:]), k.reshape(groups, 1, head_dim, *k.shape[1:]),
+             v.reshape(groups, 1, head_dim, *v.shape[1:])]
+    return torch.cat(parts, dim=1).reshape(-1, *q.shape[1:])
 
 
 # Parameter names, textmill -> Hugging Face, one table per family read in both directions: (ours, theirs,
@@ -111,8 +121,17 @@ def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) ->
     return hf
 
 
-def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int) -> dict:
-    common = {"vocab_size": vocab, "bos_token_id": eod, "eos_token_id": eod, "tie_word_embeddings": model_config.tie_embeddings,
+def hf_rope(model_config: GPTConfig) -> dict:
+    """LLaMA's rope parameters as transformers names them."""
+    if model_config.rope_scaling == "none":
+        return {"rope_type": "default", "rope_theta": model_config.rope_theta}
+    return {"rope_type": "llama3", "rope_theta": model_config.rope_theta, "factor": model_config.rope_scaling_factor,
+            "low_freq_factor": model_config.rope_low_freq_factor, "high_freq_factor": model_config.rope_high_freq_factor,
+            "original_max_position_embeddings": model_config.rope_original_max_positions}
+
+
+def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int, bos: int | None = None) -> dict:
+    common = {"vocab_size": vocab, "bos_token_id": eod if bos is None else bos, "eos_token_id": eod, "tie_word_embeddings": model_config.tie_embeddings,
               "initializer_range": model_config.init_std, "torch_dtype": "float32", "dtype": "float32"}
     if family == "gpt2":
         return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": model_config.max_position_embeddings,
@@ -122,10 +141,10 @@ def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int) -> dic
                 "attn_pdrop": model_config.attention_dropout, "scale_attn_weights": True, **common}
     return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": model_config.hidden_size,
             "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
-            "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.num_attention_heads,
+            "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.kv_heads,
             "head_dim": model_config.head_dim, "hidden_act": "silu", "max_position_embeddings": model_config.max_position_embeddings,
             "rms_norm_eps": model_config.norm_epsilon, "rope_theta": model_config.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": model_config.rope_theta},
+            "rope_parameters": hf_rope(model_config), "rope_scaling": hf_rope(model_config),
             "attention_bias": False, "mlp_bias": False, "attention_dropout": model_config.attention_dropout, **common}
 
 
@@ -156,19 +175,20 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
     model_config = model.config
     family = hf_family(model_config)
     ours = model.state_dict()
-    tensors = to_hf_state(family, ours, model_config, tokenizer.vocab_size)
+    vocab = ckpt.meta.get("vocab_size", tokenizer.vocab_size)  # the model's rows (a tokenizer may hold fewer)
+    tensors = to_hf_state(family, ours, model_config, vocab)
     output = Path(output)
     tmp = output.with_name(f".{output.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
-    config = hf_config(model_config, family, tokenizer.vocab_size, tokenizer.eod)
+    config = hf_config(model_config, family, vocab, tokenizer.eod, getattr(tokenizer, "bos", None))
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     write_tokenizer(tokenizer, model_config.max_position_embeddings, tmp)
     if output.exists():
         shutil.rmtree(output)
     tmp.rename(output)
-    return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": tokenizer.vocab_size,
+    return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": vocab,
             "iteration": "release" if ckpt.release else ckpt.meta["iteration"], "output": str(output)}
 
 
@@ -209,10 +229,9 @@ def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
     if kind == "llama":
         heads = hf["num_attention_heads"]
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-        problems = [f"num_key_value_heads {hf['num_key_value_heads']} != heads {heads} (grouped-query attention)"
-                    if hf.get("num_key_value_heads", heads) != heads else "",
-                    f"head_dim {hf['head_dim']} != hidden / heads" if hf.get("head_dim", hf["hidden_size"] // heads) * heads != hf["hidden_size"] else "",
-                    f"rope type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        problems = [f"head_dim {hf['head_dim']} != hidden / heads" if hf.get("head_dim", hf["hidden_size"] // heads) * heads != hf["hidden_size"] else "",
+                    f"rope type {rope_type!r} (default or llama3)" if rope_type not in ("default", "llama3") else "",
                     "attention or MLP biases" if hf.get("attention_bias") or hf.get("mlp_bias") else "",
                     f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "silu") != "silu" else ""]
         problems = [p for p in problems if p]
@@ -223,6 +242,11 @@ def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
                          ffn_hidden_size=hf["intermediate_size"], position_embedding="rope", normalization="rmsnorm",
                          activation="swiglu", bias=False, norm_epsilon=hf.get("rms_norm_eps", 1e-6),
                          rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+                         num_query_groups=hf.get("num_key_value_heads", heads),
+                         **({} if rope_type == "default" else dict(
+                             rope_scaling="llama3", rope_scaling_factor=rope["factor"],
+                             rope_low_freq_factor=rope["low_freq_factor"], rope_high_freq_factor=rope["high_freq_factor"],
+                             rope_original_max_positions=rope["original_max_position_embeddings"])),
                          tie_embeddings=hf.get("tie_word_embeddings", False), hidden_dropout=0.0,
                          attention_dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02))
     raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2 or llama)")
@@ -249,6 +273,7 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     """Turn a Hugging Face GPT-2 or LLaMA folder into a textmill `release` checkpoint under `save`, with its
     tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
     from textmill.tokenizers.gpt2 import GPT2Tokenizer
+    from textmill.tokenizers.hf import TOKENIZER_FILES, HFTokenizer, is_hf_tokenizer_folder
 
     folder = Path(folder)
     try:
@@ -276,17 +301,23 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
         model.load_state_dict(ours)  # checks every name and shape
     except (KeyError, RuntimeError) as exc:
         raise TextmillError(f"{folder}: weights do not match config.json ({type(exc).__name__}: {str(exc)[:300]})") from None
-    vocab_file = Path(vocab_file) if vocab_file else folder / "vocab.json"
-    merge_file = Path(merge_file) if merge_file else folder / "merges.txt"
-    if not vocab_file.exists() or not merge_file.exists():
-        raise TextmillError(f"{folder} holds no vocab.json + merges.txt (GPT-2 BPE); give --vocab-file and --merge-file")
-    tokenizer = GPT2Tokenizer(vocab_file, merge_file)
-    if tokenizer.vocab_size != vocab:
-        raise TextmillError(f"{vocab_file} has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
+    if vocab_file or not is_hf_tokenizer_folder(folder):  # GPT-2's two files
+        vocab_file = Path(vocab_file) if vocab_file else folder / "vocab.json"
+        merge_file = Path(merge_file) if merge_file else folder / "merges.txt"
+        if not vocab_file.exists() or not merge_file.exists():
+            raise TextmillError(f"{folder} holds no tokenizer.json, nor vocab.json + merges.txt (GPT-2 BPE); give "
+                                "--vocab-file and --merge-file")
+        tokenizer, kept = GPT2Tokenizer(vocab_file, merge_file), {"vocab.json": vocab_file, "merges.txt": merge_file}
+    else:  # the model's own Hugging Face tokenizer, kept as it is
+        tokenizer = HFTokenizer(folder)
+        kept = {name: folder / name for name in TOKENIZER_FILES if (folder / name).is_file()}
+    # The tokenizer may hold fewer tokens than the embedding has rows (LLaMA pads its own); never more.
+    if tokenizer.vocab_size > vocab or (isinstance(tokenizer, GPT2Tokenizer) and tokenizer.vocab_size != vocab):
+        raise TextmillError(f"the tokenizer has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
     save = Path(save)
     (save / "tokenizer").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(vocab_file, save / "tokenizer" / "vocab.json")
-    shutil.copyfile(merge_file, save / "tokenizer" / "merges.txt")
+    for name, path in kept.items():
+        shutil.copyfile(path, save / "tokenizer" / name)
     save_checkpoint(save, "release", {"model_config": model_config.to_dict(), "vocab_size": vocab, "seq_length": model_config.max_position_embeddings,
                                       "imported_from": str(folder)}, {"model": model.state_dict()})
     return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,

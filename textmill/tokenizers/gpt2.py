@@ -143,6 +143,10 @@ class GPT2Tokenizer:
         """Ids of `text`; '<|endoftext|>' inside text is ordinary text, as in Megatron's tokenizer."""
         return self._encoding.encode_ordinary(text)
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Ids of text that continues a document: `encode`, since GPT-2 BPE adds no special tokens."""
+        return self.encode(text)
+
     def encode_array(self, text: str) -> np.ndarray:
         """The same ids as a uint32 array, straight from the engine's buffer (no Python ints made).
         With no special token allowed, '<|endoftext|>' is encoded as ordinary text, as in `encode`."""

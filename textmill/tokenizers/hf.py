@@ -59,6 +59,8 @@ class HFTokenizer:
         if self.eod is None:
             raise TextmillError(f"{self.folder}: no end-of-document token (tokenizer_config.json names no eos_token "
                                 "in the vocabulary)")
+        bos = self.special_token("bos_token")
+        self.bos = self._tokenizer.token_to_id(bos) if bos else None
 
     def special_token(self, name: str) -> str | None:
         """A special token's text from tokenizer_config.json, else special_tokens_map.json."""
@@ -78,6 +80,10 @@ class HFTokenizer:
         """Ids of `text` with the tokenizer's special tokens (a BOS where its template puts one), as
         transformers' `tokenizer(text).input_ids` gives them."""
         return self._tokenizer.encode(text).ids
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Ids of text that continues a document: no special tokens added."""
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_array(self, text: str) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.uint32)

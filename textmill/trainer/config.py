@@ -52,6 +52,14 @@ class TrainConfig(Settings):
     position_embedding_type: Literal["learned_absolute", "rope"] = setting(
         "learned_absolute", "learned positions (GPT-2) or rotary embeddings (LLaMA)", group=MODEL)
     rotary_base: float = setting(10000.0, "RoPE base theta", above=0, group=MODEL)
+    use_rope_scaling: bool = setting(False, "LLaMA 3.1's rope scaling (low frequencies divided by "
+                                     "--rope-scaling-factor, original context 8192 positions)", group=MODEL)
+    rope_scaling_factor: float = setting(8.0, "the factor of --use-rope-scaling", above=0, group=MODEL)
+    group_query_attention: bool = setting(False, "grouped-query attention: --num-query-groups key/value heads, each "
+                                          "shared by heads / groups query heads (1 group: multi-query attention)",
+                                          group=MODEL)
+    num_query_groups: int = setting(1, "key/value heads with --group-query-attention (must divide the attention "
+                                    "heads, and be divisible by --tensor-model-parallel-size)", least=1, group=MODEL)
     normalization: Literal["LayerNorm", "RMSNorm"] = setting("LayerNorm", "norm layers", group=MODEL)
     norm_epsilon: float = setting(1e-5, "epsilon of the norm layers", above=0, group=MODEL)
     swiglu: bool = setting(False, "SwiGLU MLP instead of GELU (LLaMA)", group=MODEL)
@@ -162,6 +170,9 @@ class TrainConfig(Settings):
     no_load_optim: bool = setting(False, "with --load: weights only, fresh optimizer", group=CHECKPOINTS)
     no_load_rng: bool = setting(False, "with --load: do not restore the random state", group=CHECKPOINTS)
     finetune: bool = setting(False, "with --load: weights only, start at iteration 0", group=CHECKPOINTS)
+    use_checkpoint_args: bool = setting(False, "with --load: the model's shape from the checkpoint there (layers, "
+                                        "widths, heads and query groups, positions, blocks, vocabulary), e.g. to "
+                                        "fine-tune an imported model without repeating it in flags", group=CHECKPOINTS)
     exit_interval: int | None = setting(None, "save and stop once the iteration is a multiple of N (scheduled jobs)",
                                         least=1, group=CHECKPOINTS)
     log_interval: int = setting(10, "log every N iterations", least=1, group=CHECKPOINTS)
@@ -241,6 +252,14 @@ class GPTConfig:
     bias: bool = True
     norm_epsilon: float = 1e-5
     rope_theta: float = 10000.0
+    # LLaMA 3.1's rope scaling ("llama3"): frequencies with wavelengths beyond the original context divided by
+    # the factor, those within it by the high-frequency factor kept, those between blended.
+    rope_scaling: Literal["none", "llama3"] = "none"
+    rope_scaling_factor: float = 8.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_positions: int = 8192
+    num_query_groups: int | None = None  # K/V heads, each shared by heads / groups query heads (None: one per head)
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     init_std: float = 0.02
@@ -251,6 +270,13 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TextmillError(f"model config: {name} must be a positive whole number, not {value!r}")
+        if self.num_query_groups is not None and (
+                not isinstance(self.num_query_groups, int) or self.num_query_groups < 1
+                or self.num_attention_heads % self.num_query_groups):
+            raise TextmillError(f"model config: num_query_groups {self.num_query_groups!r} must divide the "
+                                f"{self.num_attention_heads} attention heads")
+        if self.num_query_groups == self.num_attention_heads:  # one group per head is plain attention
+            self.num_query_groups = None
         if self.ffn_hidden_size is None:
             if self.activation == "swiglu":
                 self.ffn_hidden_size = 256 * math.ceil(int(8 * self.hidden_size / 3) / 256)
@@ -260,6 +286,11 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: the query groups (grouped-query attention), else one per query head."""
+        return self.num_query_groups or self.num_attention_heads
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -308,6 +339,9 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         ffn_hidden_size=config.ffn_hidden_size,
         position_embedding="rope" if config.position_embedding_type == "rope" else "learned",
         rope_theta=config.rotary_base,
+        rope_scaling="llama3" if config.use_rope_scaling else "none",
+        rope_scaling_factor=config.rope_scaling_factor,
+        num_query_groups=config.num_query_groups if config.group_query_attention else None,
         normalization="rmsnorm" if config.normalization == "RMSNorm" else "layernorm",
         norm_epsilon=config.norm_epsilon,
         activation="swiglu" if config.swiglu else "gelu_tanh" if config.openai_gelu else "gelu",
@@ -335,12 +369,21 @@ def unpadded_vocab_size(config: TrainConfig) -> int:
     raise TextmillError("give --vocab-file (and --merge-file) or --vocab-size")
 
 
-def check_config(config: TrainConfig, world: int, vocab_size: int) -> tuple[GPTConfig, ParallelDims, int]:
+def check_vocabulary(model_tokens: int | None, data_tokens: int, load: Path) -> None:
+    """One line naming both sizes when the token files' tokenizer is not the model's."""
+    if model_tokens is not None and model_tokens != data_tokens:
+        raise TextmillError(f"{load}: the model's vocabulary has {model_tokens} tokens, the tokenizer of the token "
+                            f"files {data_tokens}; tokenize with the model's own tokenizer (kept in {load}/tokenizer)")
+
+
+def check_config(config: TrainConfig, world: int, vocab_size: int,
+                 model: GPTConfig | None = None) -> tuple[GPTConfig, ParallelDims, int]:
     """The checks that need neither data nor a device, so a bad setting is refused before any work (also
-    when `textmill run` reads [train]): the model config, the parallel layout and the sequence length."""
+    when `textmill run` reads [train]): the model config (`model`, else the one the settings describe), the
+    parallel layout and the sequence length."""
     if config.fp16 and (config.use_distributed_optimizer or config.tensor_model_parallel_size > 1 or config.pipeline_model_parallel_size > 1):
         raise TextmillError("--fp16 is supported with plain data parallelism only (its overflow check is per rank); use --bf16")
-    model = model_config(config, vocab_size)
+    model = model or model_config(config, vocab_size)
     dims = parallel_dims(config, world)
     dims.check(model, config.global_batch_size, config.micro_batch_size)
     seq_len = config.seq_length or model.max_position_embeddings

@@ -5,9 +5,11 @@ biases everywhere. LLaMA-style (as Megatron-LLaMA offers): rotary position embed
 no biases, untied output layer. Attention goes through `scaled_dot_product_attention` (flash or
 memory-efficient kernels on GPU).
 
-The query/key/value projection is one [3h, h] matrix whose rows are grouped per head as
-[heads, (q, k, v), head_dim]: Megatron's layout since checkpoint version 2.0, and the one where splitting
-the rows into contiguous blocks gives each tensor-parallel rank whole heads.
+The query/key/value projection is one matrix whose rows are grouped per query group as
+[groups, (queries of the group, k, v), head_dim]: Megatron's layout (since checkpoint version 2.0), and the
+one where splitting the rows into contiguous blocks gives each tensor-parallel rank whole groups. Without
+grouped-query attention every head is its own group, [heads, (q, k, v), head_dim], a [3h, h] matrix; with
+G groups the keys and values have G heads, each read by heads / G queries.
 """
 
 from __future__ import annotations
@@ -31,8 +33,20 @@ def make_norm(config: GPTConfig) -> nn.Module:
 def rope_tables(config: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position x frequency, [positions, head_dim / 2], in fp32."""
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device, dtype=torch.float32) / config.head_dim))
+    if config.rope_scaling == "llama3":
+        inv_freq = llama3_scaled(inv_freq, config)
     angles = torch.outer(torch.arange(config.max_position_embeddings, device=device, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
+
+
+def llama3_scaled(inv_freq: torch.Tensor, config: GPTConfig) -> torch.Tensor:
+    """LLaMA 3.1's rope scaling: wavelengths longer than original / low_freq_factor are stretched by the
+    factor, those shorter than original / high_freq_factor kept, and those between blended linearly in
+    original / wavelength."""
+    wavelength = 2 * math.pi / inv_freq
+    original, low, high = config.rope_original_max_positions, config.rope_low_freq_factor, config.rope_high_freq_factor
+    blend = ((original / wavelength - low) / (high - low)).clamp(0, 1)
+    return (1 - blend) * inv_freq / config.rope_scaling_factor + blend * inv_freq
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -47,7 +61,8 @@ class Attention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
+        self.qkv = nn.Linear(config.hidden_size, (config.num_attention_heads + 2 * config.kv_heads) * config.head_dim,
+                             bias=config.bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
@@ -55,11 +70,13 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         qkv = self.qkv(x)
-        # [B, T, heads_here, 3, head_dim]: heads_here is all heads, or this rank's share under tensor
-        # parallelism; T is the whole sequence even when x was a sequence-parallel shard.
+        # [B, T, groups_here, queries + 2, head_dim]: groups_here is every query group, or this rank's share
+        # under tensor parallelism; T is the whole sequence even when x was a sequence-parallel shard.
         B, T = qkv.shape[:2]
-        qkv = qkv.view(B, T, -1, 3, self.config.head_dim)
-        q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
+        queries = self.config.num_attention_heads // self.config.kv_heads
+        qkv = qkv.view(B, T, -1, queries + 2, self.config.head_dim)
+        q = qkv[:, :, :, :queries].flatten(2, 3).transpose(1, 2)  # [B, heads, T, head_dim], group by group
+        k, v = (qkv[:, :, :, queries + i].transpose(1, 2) for i in range(2))  # [B, groups, T, head_dim]
         start = cache.length if cache is not None else 0  # position of x's first token
         if rope is not None:
             cos, sin = rope[0][start : start + T], rope[1][start : start + T]
@@ -76,6 +93,8 @@ class Attention(nn.Module):
         """Causal attention of queries at the last q.shape[2] of k.shape[2] positions (all of them, except
         when a key/value cache holds the earlier ones)."""
         dropout = self.config.attention_dropout if self.training else 0.0
+        if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves its group's queries
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
         T, S = q.shape[2], k.shape[2]
         if T == S:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
@@ -89,7 +108,8 @@ class KVCache:
     """The keys and values of every position a model has read so far, per layer, for generation: each new
     token then costs the forward pass of one position instead of the whole prefix's.
 
-    Buffers are made on first use at [batch, heads, max_length, head_dim] and filled left to right;
+    Buffers are made on first use at [batch, key/value heads, max_length, head_dim] (the query groups, with
+    grouped-query attention) and filled left to right;
     GPT.forward advances `length` after each call."""
 
     def __init__(self, max_length: int):
@@ -336,11 +356,12 @@ def output_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def training_flops(config: GPTConfig, batch: int, seq_len: int) -> float:
     """Model FLOPs of one training step on `batch` sequences: 3 x the forward pass (backward = 2 x forward),
     no recomputation counted, matrix multiplications only (2 FLOPs per multiply-add):
-        forward = L * (8 B s h^2 + 4 B s^2 h + 2 B s h f m) + 2 B s h V
-    (QKV and output projections; attention scores and their weighted sum; the MLP with f = ffn size and
+        forward = L * (2 B s h (2h + kv) + 4 B s^2 h + 2 B s h f m) + 2 B s h V
+    (Q, K, V and output projections, kv = the key and value widths, 2h without grouped-query attention; attention scores and their weighted sum; the MLP with f = ffn size and
     m = 2 matrices, 3 for SwiGLU; the logits). For GPT-2 (f = 4h) this is Megatron's
     72 B s L h^2 (1 + s / (6h) + V / (12 L h)) (Narayanan et al. 2021, without the recomputation pass)."""
     B, s, L, h, V, f = batch, seq_len, config.num_layers, config.hidden_size, config.vocab_size, config.ffn_hidden_size
     m = 3 if config.activation == "swiglu" else 2
-    forward = L * (8 * B * s * h * h + 4 * B * s * s * h + 2 * B * s * h * f * m) + 2 * B * s * h * V
+    kv = 2 * config.kv_heads * config.head_dim  # key and value widths (2h without grouped-query attention)
+    forward = L * (2 * B * s * h * (2 * h + kv) + 4 * B * s * s * h + 2 * B * s * h * f * m) + 2 * B * s * h * V
     return 3.0 * forward

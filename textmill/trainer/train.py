@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from textmill.errors import TextmillError
 from textmill.trainer.blend import parse_data_path
-from textmill.trainer.checkpoint import is_writer
+from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
 from textmill.trainer.config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.device import device_peak_tflops, pick_device
@@ -51,7 +51,9 @@ class Trainer:
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(config.device, local_rank)
         self.vocab_size = unpadded_vocab_size(config)
-        self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size)
+        # --use-checkpoint-args: the model's shape from the checkpoint at --load, not from the flags
+        model = checkpoint_model_config(config, self.vocab_size) if config.use_checkpoint_args else None
+        self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size, model)
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
         self.mesh = mesh

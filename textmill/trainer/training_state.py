@@ -12,6 +12,7 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
+from textmill.trainer.config import check_vocabulary
 
 
 def rng_state(trainer) -> dict:
@@ -77,6 +78,7 @@ def load_training_state(trainer, root: Path) -> None:
     if ckpt is None:
         trainer.say(f"textmill train: no checkpoint in {root}; starting from scratch")
         return
+    check_vocabulary(ckpt.meta.get("vocab_size"), trainer.vocab_size, root)
     saved, wanted = ckpt.model_config().architecture(), trainer.model_config.architecture()
     if saved != wanted:
         diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}

@@ -861,7 +861,11 @@ class TrainTokenizer(RunTask):
         return [*tokenizer_files(self.config, self.settings), self.done_file()]
 
 
-def tokenizer_files(config: str, settings: RunConfig) -> tuple[Path, Path]:
+def tokenizer_files(config: str, settings: RunConfig) -> tuple[Path, ...]:
+    """The files of the run's tokenizer: GPT-2's vocab.json and merges.txt ([tokenize] vocab_file, or the BPE
+    it trains), or those of the model [train] init_from imports (its tokenizer.json, ...)."""
+    if settings.train.init_from:
+        return ImportHF(config).tokenizer_files()
     if settings.tokenize.vocab_file:
         return settings.tokenize.vocab_file, settings.tokenize.merge_file
     prefix = TrainTokenizer(config).prefix()
@@ -869,9 +873,60 @@ def tokenizer_files(config: str, settings: RunConfig) -> tuple[Path, Path]:
 
 
 def tokenizer_key(config: str, settings: RunConfig) -> str:
+    if settings.train.init_from:
+        return ImportHF(config).key()
     if settings.tokenize.vocab_file:
         return key_of([file_fingerprint(p)["sha256"] for p in (settings.tokenize.vocab_file, settings.tokenize.merge_file)])
     return TrainTokenizer(config).key()
+
+
+def tokenizer_source(config: str, settings: RunConfig) -> list:
+    """The task that makes the run's tokenizer files, if one does."""
+    if settings.train.init_from:
+        return [ImportHF(config)]
+    return [] if settings.tokenize.vocab_file else [TrainTokenizer(config)]
+
+
+def tokenizer_options(files: list[Path]) -> list[str]:
+    """`textmill train`'s options for a tokenizer's files (fetched)."""
+    if files[0].name == "tokenizer.json":
+        return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(files[0].parent)]
+    return ["--vocab-file", str(files[0]), "--merge-file", str(files[1])]
+
+
+class ImportHF(RunTask):
+    """[train] init_from's Hugging Face model as a release checkpoint, with its tokenizer beside it."""
+
+    stage = "7-import"
+
+    def source(self) -> Path:
+        return self.settings.train.hf_folder(self.settings.path.parent)
+
+    def own_key(self) -> str:
+        files = sorted(p for p in self.source().iterdir() if p.is_file() and not p.name.startswith("."))
+        return key_of([(p.name, file_fingerprint(p)["sha256"]) for p in files])
+
+    def checkpoints(self) -> Path:
+        return self.folder() / "ckpt"
+
+    def tokenizer_files(self) -> tuple[Path, ...]:
+        """Where the import keeps the model's tokenizer: its Hugging Face files, or GPT-2's two."""
+        from textmill.tokenizers.hf import TOKENIZER_FILES, is_hf_tokenizer_folder
+
+        kept = self.checkpoints() / "tokenizer"
+        if is_hf_tokenizer_folder(self.source()):
+            return tuple(kept / name for name in TOKENIZER_FILES if (self.source() / name).is_file())
+        return kept / "vocab.json", kept / "merges.txt"
+
+    def make(self):
+        from textmill.interop.hf import import_hf
+
+        imported = import_hf(self.source(), self.checkpoints())
+        self.finish(**{k: v for k, v in imported.items() if k != "output"}, checkpoints=shown(self.checkpoints()))
+
+    def written(self) -> list[Path]:
+        publish_tree(self.checkpoints())
+        return [self.done_file()]
 
 
 class TokenizeShard(RunTask):
@@ -882,7 +937,7 @@ class TokenizeShard(RunTask):
         return key_of(corpus_task(self.config).key(), tokenizer_key(self.config, self.settings), self.settings.tokenize.append_eod)
 
     def requires(self):
-        return [corpus_task(self.config)] + ([] if self.settings.tokenize.vocab_file else [TrainTokenizer(self.config)])
+        return [corpus_task(self.config), *tokenizer_source(self.config, self.settings)]
 
     def prefix(self) -> Path:
         return self.folder() / f"part-{self.part:05d}"
@@ -901,10 +956,13 @@ class TokenizeShard(RunTask):
         return written_as(self.folder(), f"{self.prefix().name}[._]*", self.done_file())
 
     def make(self):
-        from textmill.tokenizers.gpt2 import GPT2Tokenizer
+        from textmill.tokenizers.config import TokenizeConfig
         from textmill.tokenizers.preprocess import tokenize_files
 
-        tokenizer = GPT2Tokenizer(*map(fetch, tokenizer_files(self.config, self.settings)))
+        files = [fetch(p) for p in tokenizer_files(self.config, self.settings)]
+        given = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": files[0].parent} \
+            if files[0].name == "tokenizer.json" else {"vocab_file": files[0], "merge_file": files[1]}
+        tokenizer = TokenizeConfig(**given).given_tokenizer()
         tokenize_files([fetch(corpus_task(self.config).shard(self.part))], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1))
 
@@ -936,9 +994,9 @@ class MergeDataset(PerShuffledShard, RunTask):
             fetch(data_file_path(prefix))
             fetch(index_file_path(prefix))
         merged = merge_datasets(parts, self.dataset())
-        vocab, merges = tokenizer_files(self.config, self.settings)
+        files = tokenizer_files(self.config, self.settings)
         self.finish(dataset=shown(self.dataset()), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
-                    vocab_file=shown(vocab), merge_file=shown(merges), seconds=time.perf_counter() - started,
+                    tokenizer_files=[shown(p) for p in files], seconds=time.perf_counter() - started,
                     files={p.name: local_fingerprint(p) for p in self.token_files()})
 
     def token_files(self) -> list[Path]:
@@ -951,7 +1009,8 @@ class MergeDataset(PerShuffledShard, RunTask):
         """The trainer's options naming the merged token files and their tokenizer, local (fetched when WORK
         is in a store), each token file checked against the size and sha256 recorded when it was written."""
         merged = read_json(self.done_file())
-        vocab, merges = (fetch(local_path(merged[name])) for name in ("vocab_file", "merge_file"))
+        names = merged.get("tokenizer_files") or [merged["vocab_file"], merged["merge_file"]]  # (as 0.1 wrote it)
+        tokenizer = tokenizer_options([fetch(local_path(name)) for name in names])
         for path in self.token_files():
             fetch(path)
             expected = merged.get("files", {}).get(path.name)
@@ -959,7 +1018,7 @@ class MergeDataset(PerShuffledShard, RunTask):
                     {k: v for k, v in expected.items() if k != "path"}:
                 raise RunFailed(f"{shown(path)} is not the file MergeDataset wrote (size or sha256 differ); "
                                 "delete that folder to merge again")
-        return ["--data-path", str(self.dataset()), "--vocab-file", str(vocab), "--merge-file", str(merges)]
+        return ["--data-path", str(self.dataset()), *tokenizer]
 
 
 class Corpus(luigi.WrapperTask):
@@ -985,8 +1044,9 @@ class TrainGPT(RunTask):
 
     def own_key(self) -> str:
         start = self.start_from()
+        imported = ImportHF(self.config).key() if self.settings.train.init_from else None
         return key_of(MergeDataset(self.config).key(), self.settings.train_options, self.settings.nproc_per_node,
-                      start and start["key"])
+                      start and start["key"], *([imported] if imported else []))
 
     def start_from(self) -> dict | None:
         """The record (.task.json) of the model this one starts from, or None to start from scratch."""
@@ -1021,6 +1081,10 @@ class TrainGPT(RunTask):
         load = ["--load", str(fetch_tree(self.checkpoints()))]  # a run killed part-way resumes
         if start and not (self.checkpoints() / TRACKER).exists():  # not yet begun: start from the earlier model
             load = ["--load", str(fetch_tree(local_path(start["checkpoints"]))), "--finetune"]
+        if self.settings.train.init_from:  # the imported model, its shape with it, until a checkpoint of our own
+            begun = (self.checkpoints() / TRACKER).exists()
+            load = [*load, "--use-checkpoint-args"] if begun else \
+                ["--load", str(fetch_tree(ImportHF(self.config).checkpoints())), "--finetune", "--use-checkpoint-args"]
         command = [sys.executable, "-m", "textmill.cli", "train", *dataset, "--save", str(self.checkpoints()), *load,
                    "--nproc-per-node", str(self.settings.nproc_per_node), *self.settings.train_options]
         self.folder().mkdir(parents=True, exist_ok=True)
