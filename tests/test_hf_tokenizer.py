@@ -45,6 +45,8 @@ def test_tokenize_and_train_with_a_hugging_face_tokenizer_folder(tmp_path):
     expected = [reference(t).input_ids + [reference.eos_token_id] for t in texts]
     assert [data[i].tolist() for i in range(len(data))] == expected
     assert all(ids[0] == reference.bos_token_id for ids in expected)
+    shown = run_cli("inspect", str(tmp_path / "hf_text_document"), "--tokenizer-model", str(tmp_path / "tok"), "--head", "1")
+    assert shown.returncode == 0 and f"<s>{texts[0][:40]}" in shown.stdout, shown.stdout + shown.stderr
     manifest = json.loads((tmp_path / "hf.manifest.json").read_text())
     assert manifest["params"]["vocab_size"] == len(reference)
     assert {f["path"].rsplit("/", 1)[-1] for f in manifest["params"]["tokenizer_files"]} >= {"tokenizer.json",

@@ -15,11 +15,17 @@ def cmd_inspect(args) -> str:
         raise TextmillError(f"--head must be 0 or more, not {args.head}")
     if (args.vocab_file is None) != (args.merge_file is None):
         raise TextmillError("--vocab-file and --merge-file go together")
+    if args.tokenizer_model and args.vocab_file:
+        raise TextmillError("--tokenizer-model and --vocab-file exclude each other (the folder holds the vocabulary)")
     tokenizer = None
     if args.vocab_file:
         from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
         tokenizer = GPT2Tokenizer(args.vocab_file, args.merge_file)
+    elif args.tokenizer_model:
+        from textmill.tokenizers.hf import HFTokenizer
+
+        tokenizer = HFTokenizer(args.tokenizer_model)
     selection = Selection(1 if args.id or args.url else args.head, args.reason, args.id, args.url)
     return "\n".join(inspect(args.path, selection, tokenizer))
 
@@ -38,4 +44,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--id", help="only the record with this id (for token files: the document number)")
     p.add_argument("--url", help="only the record with this URL")
     add_tokenizer_files(p, "decode token files' documents back to text with this tokenizer")
+    p.add_argument("--tokenizer-model", type=Path, help="decode with this Hugging Face tokenizer folder instead (the "
+                   "one `tokenize --tokenizer-model` encoded with, e.g. CKPT/tokenizer)")
     p.set_defaults(func=cmd_inspect)
