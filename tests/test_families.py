@@ -156,3 +156,33 @@ def test_fine_tuning_an_imported_model_on_token_files_made_with_its_own_tokenize
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"textmill: error: {tmp_path / 'imported'}: the model's vocabulary has {vocab} tokens, the tokenizer of the "
         f"token files 512; tokenize with the model's own tokenizer (kept in {tmp_path / 'imported'}/tokenizer)"], r.stderr
+
+
+@pytest.mark.parametrize("parallel_residual", [True, False], ids=["parallel-residual", "sequential"])
+def test_import_hf_gpt_neox_keeps_its_function_and_round_trips(tmp_path, parallel_residual):
+    """GPT-NeoX's blocks: rotary embeddings on a quarter of each head (rotate-half), attention and MLP from
+    one input with one residual add (use_parallel_residual), biases, an untied output layer."""
+    from safetensors.torch import load_file
+
+    tokenizer = llama_style_tokenizer(tmp_path / "hf", TEXTS)
+    torch.manual_seed(0)
+    hf_model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=256, vocab_size=len(tokenizer),
+        max_position_embeddings=128, rotary_pct=0.25, use_parallel_residual=parallel_residual,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)).eval()
+    hf_model.save_pretrained(tmp_path / "hf")
+    r = run_cli("import", "hf", str(tmp_path / "hf"), "--save", str(tmp_path / "ckpt"))
+    assert r.returncode == 0, r.stderr
+    ours, _ = load_model(tmp_path / "ckpt")
+    assert (ours.config.rotary_dim, ours.config.parallel_residual) == (4, parallel_residual)
+    tokens = torch.randint(0, len(tokenizer), (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :len(tokenizer)]).abs().max().item() < 1e-4
+
+    r = run_cli("export", "hf", "--load", str(tmp_path / "ckpt"), "--output", str(tmp_path / "back"))
+    assert r.returncode == 0 and "export hf: gpt_neox model" in r.stdout, r.stderr
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5

@@ -127,6 +127,18 @@ def test_grouped_query_attention_under_tensor_and_pipeline_parallelism(corpus, t
 
 
 @pytest.mark.slow
+def test_gpt_neox_blocks_under_tensor_and_pipeline_parallelism(corpus, tmp_path):
+    """GPT-NeoX's blocks (parallel residual, rotary embeddings on a quarter of each head, biases, untied
+    output) under PP=2 x TP=2 + SP give the single-process curve."""
+    neox = dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,
+                untie_embeddings_and_output_weights=True, num_layers=4)
+    whole = single_process(corpus, tmp_path / "neox", 6, **neox)
+    split = distributed(corpus, tmp_path / "neox-tp-pp", 4, 6, **neox, **TP, **PP, **SP)
+    assert_same_curve(split[0], whole[0])
+    assert_same_curve(split[1], whole[1])
+
+
+@pytest.mark.slow
 def test_tensor_and_pipeline_checkpoints_reshard_at_load(corpus, tmp_path):
     whole, _ = single_process(corpus, tmp_path / "whole", 8)
     # TP=2 for 4 iterations, then one process; PP=2 for 4, then one process.

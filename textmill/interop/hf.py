@@ -3,8 +3,9 @@
 Export writes what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` read:
 config.json, model.safetensors (fp32) and the tokenizer's files (vocab.json, merges.txt,
 tokenizer_config.json and special_tokens_map.json for GPT-2 BPE; a Hugging Face tokenizer's own). A
-GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm,
-SwiGLU, no biases) `LlamaForCausalLM`; other mixtures have no Hugging Face class and are refused.
+GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm, SwiGLU, no biases)
+`LlamaForCausalLM`, a GPT-NeoX one (partial RoPE, LayerNorm, GELU, biases, untied output, parallel residual
+or not) `GPTNeoXForCausalLM`; other mixtures have no Hugging Face class and are refused.
 
 The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
 version 2.0) groups its rows per query group, [groups, (queries, k, v), head_dim] ([heads, (q, k, v),
@@ -36,16 +37,20 @@ HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
 
 def hf_family(model_config: GPTConfig) -> str:
-    gpt2 = (model_config.position_embedding, model_config.normalization, model_config.activation in GPT2_ACTIVATIONS, model_config.bias,
-            model_config.kv_heads == model_config.num_attention_heads)
-    if gpt2 == ("learned", "layernorm", True, True, True):
+    c = model_config
+    plain = not c.parallel_residual and c.rotary_percent == 1
+    gpt2 = (c.position_embedding, c.normalization, c.activation in GPT2_ACTIVATIONS, c.bias, c.kv_heads == c.num_attention_heads)
+    if gpt2 == ("learned", "layernorm", True, True, True) and plain:
         return "gpt2"
-    if (model_config.position_embedding, model_config.normalization, model_config.activation, model_config.bias) == ("rope", "rmsnorm", "swiglu", False):
+    if (c.position_embedding, c.normalization, c.activation, c.bias) == ("rope", "rmsnorm", "swiglu", False) and plain:
         return "llama"
+    neox = (c.position_embedding, c.normalization, c.activation, c.bias, c.tie_embeddings, c.kv_heads == c.num_attention_heads)
+    if neox == ("rope", "layernorm", "gelu", True, False, True) and c.rope_scaling == "none":
+        return "gpt_neox"
     raise TextmillError(
         f"no Hugging Face class has this block (positions {model_config.position_embedding}, norm {model_config.normalization}, "
         f"activation {model_config.activation}, bias {model_config.bias}); export needs GPT-2's (learned, layernorm, gelu, biases) "
-        "or LLaMA's (rope, rmsnorm, swiglu, no biases)"
+        "or LLaMA's (rope, rmsnorm, swiglu, no biases) or GPT-NeoX's (rope, layernorm, gelu, biases, untied)"
     )
 
 
@@ -84,11 +89,21 @@ HF_NAMES = {
                          ("mlp.gate.weight", "mlp.gate_proj.weight", False), ("mlp.fc1.weight", "mlp.up_proj.weight", False),
                          ("mlp.fc2.weight", "mlp.down_proj.weight", False), ("norm1.weight", "input_layernorm.weight", False),
                          ("norm2.weight", "post_attention_layernorm.weight", False))},
+    # GPT-NeoX fuses QKV in textmill's own per-head layout, [heads, (q, k, v), head_dim]: a rename too.
+    "gpt_neox": {"layer": "gpt_neox.layers.{}.", "embedding": "gpt_neox.embed_in.weight", "output": "embed_out.weight",
+                 "globals": (("norm_f.weight", "gpt_neox.final_layer_norm.weight"),
+                             ("norm_f.bias", "gpt_neox.final_layer_norm.bias")),
+                 "layers": tuple((f"{ours}.{p}", f"{theirs}.{p}", False) for ours, theirs in (
+                     ("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"),
+                     ("attn.qkv", "attention.query_key_value"), ("attn.proj", "attention.dense"),
+                     ("mlp.fc1", "mlp.dense_h_to_4h"), ("mlp.fc2", "mlp.dense_4h_to_h")) for p in ("weight", "bias"))},
 }
 
 
 def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     """One block's fused projection (our names, without the block prefix) in Hugging Face's form."""
+    if family == "gpt_neox":
+        return {}  # renamed with the other layers
     if family == "gpt2":
         return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], model_config)).t(),
                 "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], model_config))}
@@ -97,6 +112,8 @@ def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
 
 def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     """Inverse of qkv_to_hf."""
+    if family == "gpt_neox":
+        return {}
     if family == "gpt2":
         return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), model_config),
                 "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), model_config)}
@@ -117,7 +134,7 @@ def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) ->
             hf[h + b] = ours[o + a].t() if transposed else ours[o + a]
         hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), model_config).items()})
     if not model_config.tie_embeddings:
-        hf["lm_head.weight"] = ours["lm_head.weight"][:vocab]
+        hf[names.get("output", "lm_head.weight")] = ours["lm_head.weight"][:vocab]
     return hf
 
 
@@ -139,6 +156,16 @@ def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int, bos: i
                 "n_inner": model_config.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[model_config.activation],
                 "layer_norm_epsilon": model_config.norm_epsilon, "resid_pdrop": model_config.hidden_dropout, "embd_pdrop": model_config.hidden_dropout,
                 "attn_pdrop": model_config.attention_dropout, "scale_attn_weights": True, **common}
+    if family == "gpt_neox":
+        return {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "hidden_size": model_config.hidden_size,
+                "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
+                "num_attention_heads": model_config.num_attention_heads, "hidden_act": "gelu",
+                "max_position_embeddings": model_config.max_position_embeddings, "layer_norm_eps": model_config.norm_epsilon,
+                "use_parallel_residual": model_config.parallel_residual, "attention_bias": True,
+                "rotary_pct": model_config.rotary_percent, "rotary_emb_base": model_config.rope_theta,
+                "rope_parameters": {"rope_type": "default", "rope_theta": model_config.rope_theta,
+                                    "partial_rotary_factor": model_config.rotary_percent},
+                "hidden_dropout": model_config.hidden_dropout, "attention_dropout": model_config.attention_dropout, **common}
     return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": model_config.hidden_size,
             "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
             "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.kv_heads,
@@ -249,7 +276,25 @@ def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
                              rope_original_max_positions=rope["original_max_position_embeddings"])),
                          tie_embeddings=hf.get("tie_word_embeddings", False), hidden_dropout=0.0,
                          attention_dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02))
-    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2 or llama)")
+    if kind == "gpt_neox":
+        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        problems = [f"rope type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
+                    f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "gelu") != "gelu" else "",
+                    "no attention biases" if not hf.get("attention_bias", True) else "",
+                    "tied input and output embeddings" if hf.get("tie_word_embeddings") else ""]
+        problems = [p for p in problems if p]
+        if problems:
+            raise TextmillError("this GPT-NeoX model uses what textmill's blocks do not have: " + "; ".join(problems))
+        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
+                         num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
+                         ffn_hidden_size=hf["intermediate_size"], position_embedding="rope", normalization="layernorm",
+                         activation="gelu", bias=True, tie_embeddings=False, norm_epsilon=hf.get("layer_norm_eps", 1e-5),
+                         rope_theta=rope.get("rope_theta", hf.get("rotary_emb_base", 10000.0)),
+                         rotary_percent=rope.get("partial_rotary_factor", hf.get("rotary_pct", 1.0)),
+                         parallel_residual=hf.get("use_parallel_residual", True),
+                         hidden_dropout=hf.get("hidden_dropout", 0.0), attention_dropout=hf.get("attention_dropout", 0.0),
+                         init_std=hf.get("initializer_range", 0.02))
+    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2, llama or gpt_neox)")
 
 
 def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
@@ -265,7 +310,7 @@ def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
             ours[o + a] = hf[h + b].t() if transposed else hf[h + b]
         ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), model_config).items()})
     if not model_config.tie_embeddings:
-        ours["lm_head.weight"] = padded_rows(hf["lm_head.weight"], model_config.vocab_size)
+        ours["lm_head.weight"] = padded_rows(hf[names.get("output", "lm_head.weight")], model_config.vocab_size)
     return ours
 
 

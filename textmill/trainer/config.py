@@ -52,6 +52,10 @@ class TrainConfig(Settings):
     position_embedding_type: Literal["learned_absolute", "rope"] = setting(
         "learned_absolute", "learned positions (GPT-2) or rotary embeddings (LLaMA)", group=MODEL)
     rotary_base: float = setting(10000.0, "RoPE base theta", above=0, group=MODEL)
+    rotary_percent: float = setting(1.0, "the share of each head's dimensions that RoPE turns (GPT-NeoX: 0.25); the "
+                                    "rest pass unturned", above=0, most=1, group=MODEL)
+    use_parallel_residual: bool = setting(False, "attention and MLP both read the block's input, one residual add "
+                                          "(GPT-NeoX, GPT-J)", group=MODEL)
     use_rope_scaling: bool = setting(False, "LLaMA 3.1's rope scaling (low frequencies divided by "
                                      "--rope-scaling-factor, original context 8192 positions)", group=MODEL)
     rope_scaling_factor: float = setting(8.0, "the factor of --use-rope-scaling", above=0, group=MODEL)
@@ -260,6 +264,8 @@ class GPTConfig:
     rope_high_freq_factor: float = 4.0
     rope_original_max_positions: int = 8192
     num_query_groups: int | None = None  # K/V heads, each shared by heads / groups query heads (None: one per head)
+    rotary_percent: float = 1.0  # the share of each head's dimensions that rotary embeddings turn (GPT-NeoX: 0.25)
+    parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)), one residual add (GPT-NeoX, GPT-J)
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     init_std: float = 0.02
@@ -286,6 +292,11 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The leading dimensions of each query and key head that rotary embeddings turn (an even count)."""
+        return 2 * int(self.head_dim * self.rotary_percent / 2)
 
     @property
     def kv_heads(self) -> int:
@@ -339,6 +350,8 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         ffn_hidden_size=config.ffn_hidden_size,
         position_embedding="rope" if config.position_embedding_type == "rope" else "learned",
         rope_theta=config.rotary_base,
+        rotary_percent=config.rotary_percent,
+        parallel_residual=config.use_parallel_residual,
         rope_scaling="llama3" if config.use_rope_scaling else "none",
         rope_scaling_factor=config.rope_scaling_factor,
         num_query_groups=config.num_query_groups if config.group_query_attention else None,

@@ -2,7 +2,8 @@
 
 GPT-2: learned position embeddings, pre-LayerNorm blocks, GELU MLP (4h), tied input/output embeddings,
 biases everywhere. LLaMA-style (as Megatron-LLaMA offers): rotary position embeddings, RMSNorm, SwiGLU MLP,
-no biases, untied output layer. Attention goes through `scaled_dot_product_attention` (flash or
+no biases, untied output layer. GPT-NeoX: rotary embeddings on part of each head, and attention and MLP
+reading the same input with one residual add (the parallel residual). Attention goes through `scaled_dot_product_attention` (flash or
 memory-efficient kernels on GPU).
 
 The query/key/value projection is one matrix whose rows are grouped per query group as
@@ -31,8 +32,9 @@ def make_norm(config: GPTConfig) -> nn.Module:
 
 
 def rope_tables(config: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of position x frequency, [positions, head_dim / 2], in fp32."""
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device, dtype=torch.float32) / config.head_dim))
+    """cos and sin of position x frequency, [positions, rotary_dim / 2], in fp32."""
+    dim = config.rotary_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
     if config.rope_scaling == "llama3":
         inv_freq = llama3_scaled(inv_freq, config)
     angles = torch.outer(torch.arange(config.max_position_embeddings, device=device, dtype=torch.float32), inv_freq)
@@ -50,11 +52,12 @@ def llama3_scaled(inv_freq: torch.Tensor, config: GPTConfig) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each (first half, second half) pair of x [B, heads, T, head_dim] by its position's angle."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
-    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    return rotated.type_as(x)
+    """Rotate each (first half, second half) pair of the leading 2 * cos.shape[-1] dimensions of x [B, heads,
+    T, head_dim] by its position's angle; the other dimensions pass unturned (partial rotary, GPT-NeoX)."""
+    half = cos.shape[-1]
+    x1, x2 = x[..., :half].float(), x[..., half : 2 * half].float()
+    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+    return rotated if 2 * half == x.shape[-1] else torch.cat([rotated, x[..., 2 * half :]], dim=-1)
 
 
 class Attention(nn.Module):
@@ -161,10 +164,14 @@ class Block(nn.Module):
         self.norm1, self.attn = make_norm(config), Attention(config)
         self.norm2, self.mlp = make_norm(config), MLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.parallel = config.parallel_residual
 
     def forward(self, x: torch.Tensor, rope=None, cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         # cache and layer by keyword: tensor parallelism's input plans cover the positional inputs
-        x = x + self.dropout(self.attn(self.norm1(x), rope, cache=cache, layer=layer))
+        attended = self.dropout(self.attn(self.norm1(x), rope, cache=cache, layer=layer))
+        if self.parallel:  # both branches read the block's input (GPT-NeoX, GPT-J)
+            return x + attended + self.dropout(self.mlp(self.norm2(x)))
+        x = x + attended
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
