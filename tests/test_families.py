@@ -1,12 +1,13 @@
 """Model families beyond GPT-2 and plain LLaMA: grouped-query (and multi-query) attention with LLaMA 3.1's
-rope scaling, in and out of Hugging Face against transformers' own models, with the KV cache and
-Megatron's flags."""
+rope scaling, GPT-NeoX and GPT-J, in and out of Hugging Face against transformers' own models, with the KV
+cache, fine-tuning and Megatron's flags."""
 
 import json
+import shutil
 
 import pytest
 import torch
-from conftest import run_cli, write_jsonl
+from conftest import TEST_DATA, run_cli, write_jsonl
 from test_hf_tokenizer import llama_style_tokenizer
 
 from textmill.cli import build_parser
@@ -186,3 +187,101 @@ def test_import_hf_gpt_neox_keeps_its_function_and_round_trips(tmp_path, paralle
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():
         assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+def write_hf_gptj(folder):
+    """A randomly initialised transformers GPT-J shaped as GPT-J 6B is, small: rotary embeddings on a quarter of
+    each head, and 50400 embedding rows for the real GPT-2 vocabulary's 50257 tokens, saved with that
+    vocabulary's vocab.json and merges.txt. Biases and norms are drawn too (transformers starts them at 0 and 1,
+    which would leave the output layer's bias untested)."""
+    torch.manual_seed(0)
+    hf_model = transformers.GPTJForCausalLM(transformers.GPTJConfig(
+        n_embd=64, n_head=4, n_layer=2, n_positions=128, rotary_dim=4, vocab_size=50400)).eval()
+    with torch.no_grad():
+        for name, p in hf_model.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    hf_model.save_pretrained(folder)
+    shutil.copyfile(TEST_DATA / "gpt2-vocab.json", folder / "vocab.json")
+    shutil.copyfile(TEST_DATA / "gpt2-merges.txt", folder / "merges.txt")
+    return hf_model
+
+
+def test_import_hf_gptj_keeps_its_function_and_round_trips(tmp_path):
+    """GPT-J's blocks: rotary embeddings on neighbouring pairs of a quarter of each head, one LayerNorm read
+    by attention and MLP alike, no attention biases, an untied output layer with a bias."""
+    from safetensors.torch import load_file
+
+    hf_model = write_hf_gptj(tmp_path / "hf")
+    r = run_cli("import", "hf", str(tmp_path / "hf"), "--save", str(tmp_path / "ckpt"))
+    assert r.returncode == 0, r.stderr
+    ours, ckpt = load_model(tmp_path / "ckpt")
+    c = ours.config
+    assert (c.rotary_dim, c.rotary_interleaved, c.shared_input_norm, c.attention_bias, c.output_bias) == (4, True, True, False, True)
+    assert (ckpt.meta["vocab_size"], ckpt.meta["tokenizer_vocab_size"], c.vocab_size) == (50400, 50257, 50432)
+    assert ours.blocks["0"].norm2 is None and ours.blocks["0"].attn.qkv.bias is None
+    tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :50400]).abs().max().item() < 1e-4
+
+        cache = KVCache(128)  # generation reads the same function a token at a time
+        steps = [ours(tokens[:, :90], cache=cache)[:, -1]] + [ours(tokens[:, t : t + 1], cache=cache)[:, -1]
+                                                              for t in range(90, 100)]
+        assert torch.allclose(torch.stack(steps[1:], 1), ours(tokens)[:, 90:], atol=1e-5)
+
+    r = run_cli("export", "hf", "--load", str(tmp_path / "ckpt"), "--output", str(tmp_path / "back"))
+    assert r.returncode == 0 and "export hf: gptj model" in r.stdout, r.stderr
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert (config["model_type"], config["rotary_dim"], config["vocab_size"]) == ("gptj", 4, 50400)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+def test_fine_tuning_a_model_with_more_embedding_rows_than_tokens(tmp_path):
+    """GPT-J's 50400 rows for GPT-2's 50257 tokens: token files made with the model's own tokenizer fine-tune it,
+    and the export keeps all 50400 rows, so the model is the same shape as the one imported."""
+    import random
+
+    from textmill.demo import synthweb
+
+    write_hf_gptj(tmp_path / "hf")
+    assert run_cli("import", "hf", str(tmp_path / "hf"), "--save", str(tmp_path / "imported")).returncode == 0
+    rng = random.Random(6)
+    write_jsonl(tmp_path / "docs.jsonl", [{"text": "\n\n".join(synthweb.prose(rng, 2))} for _ in range(40)])
+    own = ["--vocab-file", str(tmp_path / "imported" / "tokenizer" / "vocab.json"),
+           "--merge-file", str(tmp_path / "imported" / "tokenizer" / "merges.txt")]
+    r = run_cli("tokenize", "--input", str(tmp_path / "docs.jsonl"), "--output-prefix", str(tmp_path / "ft"), "--append-eod", *own)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("train", "--data-path", str(tmp_path / "ft_text_document"), *own, "--load", str(tmp_path / "imported"),
+                "--finetune", "--use-checkpoint-args", "--train-iters", "2", "--micro-batch-size", "2",
+                "--global-batch-size", "2", "--seq-length", "64", "--split", "100,0,0", "--lr", "1e-4",
+                "--save", str(tmp_path / "tuned"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    tuned, ckpt = load_model(tmp_path / "tuned")
+    assert (ckpt.meta["vocab_size"], ckpt.meta["tokenizer_vocab_size"]) == (50400, 50257)
+    r = run_cli("export", "hf", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "tuned-hf"))
+    assert r.returncode == 0, r.stderr
+    exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tuned-hf").eval()
+    assert exported.config.vocab_size == 50400
+    tokens = torch.randint(0, 50257, (1, 40), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (exported(tokens).logits - tuned(tokens)[..., :50400]).abs().max().item() < 1e-4
+
+
+def test_megatron_style_flags_for_gptj_blocks():
+    base = ["--data-path", "x", "--vocab-size", "100", "--train-iters", "1", "--position-embedding-type", "rope"]
+    config = train_flags(*base, "--rotary-percent", "0.25", "--rotary-interleaved", "--use-parallel-residual",
+                         "--shared-input-norm", "--disable-attention-bias", "--output-layer-bias",
+                         "--untie-embeddings-and-output-weights", "--openai-gelu")
+    model = model_config(config, 100)
+    assert (model.rotary_interleaved, model.shared_input_norm, model.attention_bias, model.bias, model.output_bias) == (
+        True, True, False, True, True)
+    gpt = GPT(model)
+    assert gpt.lm_head.bias is not None and gpt.blocks["0"].mlp.fc1.bias is not None and gpt.blocks["0"].attn.proj.bias is None
+    with pytest.raises(TextmillError, match="a shared input norm needs the parallel residual"):
+        model_config(train_flags(*base, "--shared-input-norm"), 100)
+    with pytest.raises(TextmillError, match="an output layer bias needs an untied output layer"):
+        model_config(train_flags(*base, "--output-layer-bias"), 100)

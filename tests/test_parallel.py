@@ -126,14 +126,25 @@ def test_grouped_query_attention_under_tensor_and_pipeline_parallelism(corpus, t
         assert (model(tokens) - reference(tokens)).abs().max().item() < 1e-4
 
 
+FAMILY_BLOCKS = {
+    # Parallel residual, rotary embeddings on a quarter of each head (rotate-half), biases, untied output.
+    "gpt-neox": dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,
+                     untie_embeddings_and_output_weights=True),
+    # The same with one norm per block, neighbouring rotary pairs, no attention biases, a biased output layer.
+    "gpt-j": dict(position_embedding_type="rope", rotary_percent=0.25, rotary_interleaved=True, use_parallel_residual=True,
+                  shared_input_norm=True, disable_attention_bias=True, output_layer_bias=True, openai_gelu=True,
+                  untie_embeddings_and_output_weights=True),
+}
+
+
 @pytest.mark.slow
-def test_gpt_neox_blocks_under_tensor_and_pipeline_parallelism(corpus, tmp_path):
-    """GPT-NeoX's blocks (parallel residual, rotary embeddings on a quarter of each head, biases, untied
-    output) under PP=2 x TP=2 + SP give the single-process curve."""
-    neox = dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,
-                untie_embeddings_and_output_weights=True, num_layers=4)
-    whole = single_process(corpus, tmp_path / "neox", 6, **neox)
-    split = distributed(corpus, tmp_path / "neox-tp-pp", 4, 6, **neox, **TP, **PP, **SP)
+@pytest.mark.parametrize("family", sorted(FAMILY_BLOCKS))
+def test_gpt_neox_and_gptj_blocks_under_tensor_and_pipeline_parallelism(corpus, tmp_path, family):
+    """PP=2 x TP=2 + SP gives the single-process curve with each family's blocks (the output layer's bias
+    split by vocabulary like its weight)."""
+    blocks = dict(FAMILY_BLOCKS[family], num_layers=4)
+    whole = single_process(corpus, tmp_path / "one", 6, **blocks)
+    split = distributed(corpus, tmp_path / "tp-pp", 4, 6, **blocks, **TP, **PP, **SP)
     assert_same_curve(split[0], whole[0])
     assert_same_curve(split[1], whole[1])
 

@@ -107,7 +107,8 @@ def test_learning_rate_schedule_matches_megatron():
 
 @pytest.mark.parametrize("chunk_bytes", [1 << 14, 1 << 27])  # many chunks of rows, or one
 @pytest.mark.parametrize("masked", [False, True])
-def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, masked):
+@pytest.mark.parametrize("biased", [False, True], ids=["no-bias", "output-bias"])
+def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, masked, biased):
     import torch
     import torch.nn.functional as F
 
@@ -117,17 +118,20 @@ def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, maske
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(3, 40, 32, generator=gen, requires_grad=True)
     weight = (0.1 * torch.randn(1000, 32, generator=gen)).requires_grad_()
+    bias = torch.randn(1000, generator=gen).requires_grad_() if biased else None  # GPT-J's output layer has one
     labels = torch.randint(0, 1000, (3, 40), generator=gen)
     mask = (torch.rand(3, 40, generator=gen) > 0.3).float() if masked else torch.ones(3, 40)
-    ours = model.language_model_loss(hidden, weight, labels, mask if masked else None)
+    ours = model.language_model_loss(hidden, weight, labels, mask if masked else None, bias)
     (2.5 * ours).backward()  # a scaled loss, as under fp16 loss scaling
-    grads = hidden.grad.clone(), weight.grad.clone()
-    hidden.grad = weight.grad = None
-    per_token = F.cross_entropy((hidden @ weight.t()).flatten(0, 1), labels.flatten(), reduction="none")
+    leaves = [hidden, weight] + ([bias] if biased else [])
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    per_token = F.cross_entropy(F.linear(hidden, weight, bias).flatten(0, 1), labels.flatten(), reduction="none")
     plain = (per_token * mask.flatten()).sum() / mask.sum()
     (2.5 * plain).backward()
     assert ours.item() == pytest.approx(plain.item(), rel=1e-6)
-    assert torch.allclose(grads[0], hidden.grad, atol=1e-7) and torch.allclose(grads[1], weight.grad, atol=1e-7)
+    assert all(torch.allclose(ours_grad, t.grad, atol=1e-7) for ours_grad, t in zip(grads, leaves))
 
 
 def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp_path):

@@ -59,7 +59,8 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
             template = get_model_state_dict(chunk, options=options)
             set_model_state_dict(chunk, ckpt.load_into({"model": template})["model"], options=options)
             weights.update(get_model_state_dict(chunk))
-        keep = ("model_config", "vocab_size", "seq_length", "args", "consumed_samples", "skipped_iterations")
+        keep = ("model_config", "vocab_size", "tokenizer_vocab_size", "seq_length", "args", "consumed_samples",
+                "skipped_iterations")
         meta = {k: v for k, v in ckpt.meta.items() if k in keep}
         meta |= {"parallel": dims.to_dict(), "converted_from": str(ckpt.path)}
         iteration = "release" if ckpt.release else int(ckpt.meta["iteration"])

@@ -5,12 +5,14 @@ config.json, model.safetensors (fp32) and the tokenizer's files (vocab.json, mer
 tokenizer_config.json and special_tokens_map.json for GPT-2 BPE; a Hugging Face tokenizer's own). A
 GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm, SwiGLU, no biases)
 `LlamaForCausalLM`, a GPT-NeoX one (partial RoPE, LayerNorm, GELU, biases, untied output, parallel residual
-or not) `GPTNeoXForCausalLM`; other mixtures have no Hugging Face class and are refused.
+or not) `GPTNeoXForCausalLM`, a GPT-J one (partial interleaved RoPE, one LayerNorm per block, tanh GELU, parallel
+residual, no attention biases, untied output with a bias) `GPTJForCausalLM`; other mixtures have no Hugging
+Face class and are refused.
 
 The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
 version 2.0) groups its rows per query group, [groups, (queries, k, v), head_dim] ([heads, (q, k, v),
 head_dim] without grouped-query attention); GPT-2 wants [Q all heads; K all heads; V all heads], stored
-transposed because its `Conv1D` keeps [in, out]; LLaMA wants three separate matrices, K and V with
+transposed because its `Conv1D` keeps [in, out]; LLaMA and GPT-J want three separate matrices, K and V with
 num_key_value_heads heads (docs/REFERENCE.md section 7.3). LLaMA 3.1's rope scaling (rope_type "llama3")
 comes in and goes out with its four numbers. A folder with a tokenizer.json brings it along as it is (the
 model's own tokenizer, kept in the checkpoint's tokenizer/), else GPT-2's vocab.json and merges.txt. The embedding keeps only the real
@@ -38,19 +40,26 @@ HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
 def hf_family(model_config: GPTConfig) -> str:
     c = model_config
-    plain = not c.parallel_residual and c.rotary_percent == 1
+    # What only GPT-J's blocks do, and what GPT-NeoX's add to a plain block.
+    gptj_only = (c.rotary_interleaved, c.shared_input_norm, c.output_bias, c.attention_bias != c.bias)
+    plain = not c.parallel_residual and c.rotary_percent == 1 and not any(gptj_only)
     gpt2 = (c.position_embedding, c.normalization, c.activation in GPT2_ACTIVATIONS, c.bias, c.kv_heads == c.num_attention_heads)
     if gpt2 == ("learned", "layernorm", True, True, True) and plain:
         return "gpt2"
     if (c.position_embedding, c.normalization, c.activation, c.bias) == ("rope", "rmsnorm", "swiglu", False) and plain:
         return "llama"
-    neox = (c.position_embedding, c.normalization, c.activation, c.bias, c.tie_embeddings, c.kv_heads == c.num_attention_heads)
-    if neox == ("rope", "layernorm", "gelu", True, False, True) and c.rope_scaling == "none":
+    rope_layernorm = (c.position_embedding, c.normalization, c.bias, c.tie_embeddings, c.kv_heads == c.num_attention_heads,
+                      c.rope_scaling) == ("rope", "layernorm", True, False, True, "none")
+    if rope_layernorm and c.activation == "gelu" and not any(gptj_only):
         return "gpt_neox"
+    if rope_layernorm and c.activation == "gelu_tanh" and all(gptj_only) and c.parallel_residual and c.rope_theta == 10000:
+        return "gptj"
     raise TextmillError(
-        f"no Hugging Face class has this block (positions {model_config.position_embedding}, norm {model_config.normalization}, "
-        f"activation {model_config.activation}, bias {model_config.bias}); export needs GPT-2's (learned, layernorm, gelu, biases) "
-        "or LLaMA's (rope, rmsnorm, swiglu, no biases) or GPT-NeoX's (rope, layernorm, gelu, biases, untied)"
+        f"no Hugging Face class has this block (positions {c.position_embedding}, norm {c.normalization}, activation "
+        f"{c.activation}, bias {c.bias}, parallel residual {c.parallel_residual}); export needs GPT-2's (learned, "
+        "layernorm, gelu, biases), LLaMA's (rope, rmsnorm, swiglu, no biases), GPT-NeoX's (rope, layernorm, gelu, "
+        "biases, untied) or GPT-J's (interleaved rope with base 10000, one layernorm, tanh gelu, parallel residual, "
+        "no attention biases, a biased untied output layer)"
     )
 
 
@@ -83,7 +92,7 @@ HF_NAMES = {
                         ("attn.proj.weight", "attn.c_proj.weight", True), ("attn.proj.bias", "attn.c_proj.bias", False),
                         ("mlp.fc1.weight", "mlp.c_fc.weight", True), ("mlp.fc1.bias", "mlp.c_fc.bias", False),
                         ("mlp.fc2.weight", "mlp.c_proj.weight", True), ("mlp.fc2.bias", "mlp.c_proj.bias", False))},
-    "llama": {"layer": "model.layers.{}.", "embedding": "model.embed_tokens.weight",
+    "llama": {"layer": "model.layers.{}.", "embedding": "model.embed_tokens.weight", "qkv": "self_attn.{}_proj.weight",
               "globals": (("norm_f.weight", "model.norm.weight"),),
               "layers": (("attn.proj.weight", "self_attn.o_proj.weight", False),
                          ("mlp.gate.weight", "mlp.gate_proj.weight", False), ("mlp.fc1.weight", "mlp.up_proj.weight", False),
@@ -97,6 +106,13 @@ HF_NAMES = {
                      ("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"),
                      ("attn.qkv", "attention.query_key_value"), ("attn.proj", "attention.dense"),
                      ("mlp.fc1", "mlp.dense_h_to_4h"), ("mlp.fc2", "mlp.dense_4h_to_h")) for p in ("weight", "bias"))},
+    # GPT-J: separate Q, K, V as LLaMA, one norm per block, and a bias on the output layer.
+    "gptj": {"layer": "transformer.h.{}.", "embedding": "transformer.wte.weight", "qkv": "attn.{}_proj.weight",
+             "globals": (("norm_f.weight", "transformer.ln_f.weight"), ("norm_f.bias", "transformer.ln_f.bias")),
+             "layers": (("norm1.weight", "ln_1.weight", False), ("norm1.bias", "ln_1.bias", False),
+                        ("attn.proj.weight", "attn.out_proj.weight", False),
+                        ("mlp.fc1.weight", "mlp.fc_in.weight", False), ("mlp.fc1.bias", "mlp.fc_in.bias", False),
+                        ("mlp.fc2.weight", "mlp.fc_out.weight", False), ("mlp.fc2.bias", "mlp.fc_out.bias", False))},
 }
 
 
@@ -107,7 +123,8 @@ def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     if family == "gpt2":
         return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], model_config)).t(),
                 "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], model_config))}
-    return dict(zip((f"self_attn.{p}_proj.weight" for p in "qkv"), split_qkv(layer["attn.qkv.weight"], model_config)))
+    names = HF_NAMES[family]["qkv"]
+    return dict(zip((names.format(p) for p in "qkv"), split_qkv(layer["attn.qkv.weight"], model_config)))
 
 
 def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
@@ -117,7 +134,8 @@ def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     if family == "gpt2":
         return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), model_config),
                 "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), model_config)}
-    return {"attn.qkv.weight": join_qkv(*(layer[f"self_attn.{p}_proj.weight"] for p in "qkv"), model_config)}
+    names = HF_NAMES[family]["qkv"]
+    return {"attn.qkv.weight": join_qkv(*(layer[names.format(p)] for p in "qkv"), model_config)}
 
 
 def block(state: dict, prefix: str) -> dict:
@@ -135,6 +153,8 @@ def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) ->
         hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), model_config).items()})
     if not model_config.tie_embeddings:
         hf[names.get("output", "lm_head.weight")] = ours["lm_head.weight"][:vocab]
+    if model_config.output_bias:
+        hf["lm_head.bias"] = ours["lm_head.bias"][:vocab]
     return hf
 
 
@@ -166,6 +186,12 @@ def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int, bos: i
                 "rope_parameters": {"rope_type": "default", "rope_theta": model_config.rope_theta,
                                     "partial_rotary_factor": model_config.rotary_percent},
                 "hidden_dropout": model_config.hidden_dropout, "attention_dropout": model_config.attention_dropout, **common}
+    if family == "gptj":
+        return {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "n_positions": model_config.max_position_embeddings,
+                "n_embd": model_config.hidden_size, "n_layer": model_config.num_layers, "n_head": model_config.num_attention_heads,
+                "n_inner": model_config.ffn_hidden_size, "rotary_dim": model_config.rotary_dim, "activation_function": "gelu_new",
+                "layer_norm_epsilon": model_config.norm_epsilon, "resid_pdrop": model_config.hidden_dropout,
+                "embd_pdrop": model_config.hidden_dropout, "attn_pdrop": model_config.attention_dropout, **common}
     return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": model_config.hidden_size,
             "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
             "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.kv_heads,
@@ -294,7 +320,28 @@ def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
                          parallel_residual=hf.get("use_parallel_residual", True),
                          hidden_dropout=hf.get("hidden_dropout", 0.0), attention_dropout=hf.get("attention_dropout", 0.0),
                          init_std=hf.get("initializer_range", 0.02))
-    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2, llama or gpt_neox)")
+    if kind == "gptj":
+        heads, hidden = hf["n_head"], hf["n_embd"]
+        rotary_dim = hf.get("rotary_dim")
+        act = hf.get("activation_function", "gelu_new")
+        problems = [f"activation {act!r} (a tanh GELU)" if act not in HF_TANH_GELUS else "",
+                    "tied input and output embeddings" if hf.get("tie_word_embeddings") else "",
+                    f"rotary_dim {rotary_dim!r} (an even number of dimensions up to the head's {hidden // heads})"
+                    if not isinstance(rotary_dim, int) or rotary_dim % 2 or not 0 < rotary_dim <= hidden // heads else ""]
+        problems = [p for p in problems if p]
+        if problems:
+            raise TextmillError("this GPT-J model uses what textmill's blocks do not have: " + "; ".join(problems))
+        config = GPTConfig(vocab_size=padded_vocab, num_layers=hf["n_layer"], hidden_size=hidden, num_attention_heads=heads,
+                           max_position_embeddings=hf["n_positions"], ffn_hidden_size=hf.get("n_inner"),
+                           position_embedding="rope", rotary_percent=rotary_dim / (hidden // heads), rotary_interleaved=True,
+                           normalization="layernorm", activation="gelu_tanh", bias=True, attention_bias=False,
+                           parallel_residual=True, shared_input_norm=True, tie_embeddings=False, output_bias=True,
+                           norm_epsilon=hf.get("layer_norm_epsilon", 1e-5), hidden_dropout=hf.get("resid_pdrop", 0.0),
+                           attention_dropout=hf.get("attn_pdrop", 0.0), init_std=hf.get("initializer_range", 0.02))
+        if config.rotary_dim != rotary_dim:  # the share must give back the same count of dimensions
+            raise TextmillError(f"GPT-J rotary_dim {rotary_dim} cannot be expressed as a share of the head's {hidden // heads}")
+        return config
+    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2, llama, gpt_neox or gptj)")
 
 
 def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
@@ -311,11 +358,13 @@ def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
         ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), model_config).items()})
     if not model_config.tie_embeddings:
         ours["lm_head.weight"] = padded_rows(hf[names.get("output", "lm_head.weight")], model_config.vocab_size)
+    if model_config.output_bias:  # padding rows get a zero bias, as they get zero weights
+        ours["lm_head.bias"] = padded_rows(hf["lm_head.bias"], model_config.vocab_size)
     return ours
 
 
 def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None, merge_file=None) -> dict:
-    """Turn a Hugging Face GPT-2 or LLaMA folder into a textmill `release` checkpoint under `save`, with its
+    """Turn a Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill `release` checkpoint under `save`, with its
     tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
     from textmill.tokenizers.gpt2 import GPT2Tokenizer
     from textmill.tokenizers.hf import TOKENIZER_FILES, HFTokenizer, is_hf_tokenizer_folder
@@ -356,14 +405,15 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     else:  # the model's own Hugging Face tokenizer, kept as it is
         tokenizer = HFTokenizer(folder)
         kept = {name: folder / name for name in TOKENIZER_FILES if (folder / name).is_file()}
-    # The tokenizer may hold fewer tokens than the embedding has rows (LLaMA pads its own); never more.
-    if tokenizer.vocab_size > vocab or (isinstance(tokenizer, GPT2Tokenizer) and tokenizer.vocab_size != vocab):
+    # The tokenizer may hold fewer tokens than the embedding has rows (GPT-J and NeoX pad theirs); never more.
+    if tokenizer.vocab_size > vocab:
         raise TextmillError(f"the tokenizer has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
     save = Path(save)
     (save / "tokenizer").mkdir(parents=True, exist_ok=True)
     for name, path in kept.items():
         shutil.copyfile(path, save / "tokenizer" / name)
-    save_checkpoint(save, "release", {"model_config": model_config.to_dict(), "vocab_size": vocab, "seq_length": model_config.max_position_embeddings,
-                                      "imported_from": str(folder)}, {"model": model.state_dict()})
+    meta = {"model_config": model_config.to_dict(), "vocab_size": vocab, "tokenizer_vocab_size": tokenizer.vocab_size,
+            "seq_length": model_config.max_position_embeddings, "imported_from": str(folder)}
+    save_checkpoint(save, "release", meta, {"model": model.state_dict()})
     return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,
             "padded_vocab_size": model_config.vocab_size, "output": str(save)}

@@ -295,9 +295,8 @@ def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=Non
         raise TextmillError(f"{kept}/ holds no vocab.json + merges.txt (nor tokenizer.json); give --vocab-file and "
                             "--merge-file")
     expected = meta.get("vocab_size")
-    # A model's own Hugging Face tokenizer may hold fewer tokens than its embedding has rows (NeoX pads).
-    if expected is not None and (tokenizer.vocab_size > expected
-                                 or isinstance(tokenizer, GPT2Tokenizer) and tokenizer.vocab_size != expected):
+    # A model's own tokenizer may hold fewer tokens than its embedding has rows (GPT-J and NeoX pad).
+    if expected is not None and tokenizer.vocab_size > expected:
         raise TextmillError(f"{source} has {tokenizer.vocab_size} tokens, but the checkpoint was trained "
                             f"with a vocabulary of {expected}")
     return tokenizer
@@ -306,7 +305,7 @@ def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=Non
 def checkpoint_model_config(config, vocab_size: int):
     """The GPTConfig of the newest checkpoint at --load (Megatron's --use-checkpoint-args), with this run's
     dropout, for a tokenizer of `vocab_size` tokens (the checkpoint's own: a model reads only the ids it
-    was trained on)."""
+    was trained on), and the model's vocabulary size (its rows that are tokens, which may be more)."""
     from textmill.trainer.config import GPTConfig, check_vocabulary
 
     if config.load is None:
@@ -314,6 +313,7 @@ def checkpoint_model_config(config, vocab_size: int):
     ckpt = load_checkpoint(config.load)
     if ckpt is None:
         raise TextmillError(f"--use-checkpoint-args: no checkpoint in {config.load}")
-    check_vocabulary(ckpt.meta.get("vocab_size"), vocab_size, config.load)
-    return GPTConfig.from_dict({**ckpt.meta["model_config"], "hidden_dropout": config.hidden_dropout,
-                                "attention_dropout": config.attention_dropout})
+    check_vocabulary(ckpt.meta, vocab_size, config.load)
+    model = GPTConfig.from_dict({**ckpt.meta["model_config"], "hidden_dropout": config.hidden_dropout,
+                                 "attention_dropout": config.attention_dropout})
+    return model, ckpt.meta.get("vocab_size", vocab_size)

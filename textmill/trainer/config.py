@@ -54,8 +54,12 @@ class TrainConfig(Settings):
     rotary_base: float = setting(10000.0, "RoPE base theta", above=0, group=MODEL)
     rotary_percent: float = setting(1.0, "the share of each head's dimensions that RoPE turns (GPT-NeoX: 0.25); the "
                                     "rest pass unturned", above=0, most=1, group=MODEL)
+    rotary_interleaved: bool = setting(False, "RoPE turns neighbouring dimensions (0, 1), (2, 3), ... together "
+                                       "(GPT-J) instead of dimension i with i + half (LLaMA, GPT-NeoX)", group=MODEL)
     use_parallel_residual: bool = setting(False, "attention and MLP both read the block's input, one residual add "
                                           "(GPT-NeoX, GPT-J)", group=MODEL)
+    shared_input_norm: bool = setting(False, "with --use-parallel-residual: attention and MLP read one norm of the "
+                                      "block's input (GPT-J) instead of a norm each (GPT-NeoX)", group=MODEL)
     use_rope_scaling: bool = setting(False, "LLaMA 3.1's rope scaling (low frequencies divided by "
                                      "--rope-scaling-factor, original context 8192 positions)", group=MODEL)
     rope_scaling_factor: float = setting(8.0, "the factor of --use-rope-scaling", above=0, group=MODEL)
@@ -70,6 +74,10 @@ class TrainConfig(Settings):
     openai_gelu: bool = setting(False, "tanh-approximated GELU, as OpenAI's GPT-2 (default: exact GELU)", group=MODEL)
     untie_embeddings_and_output_weights: bool = setting(False, "separate output layer (LLaMA)", group=MODEL)
     disable_bias_linear: bool = setting(False, "no biases in linear layers and norms (LLaMA)", group=MODEL)
+    disable_attention_bias: bool = setting(False, "no biases in attention's projections; the MLP and norms keep "
+                                           "theirs (GPT-J)", group=MODEL)
+    output_layer_bias: bool = setting(False, "a bias on the untied output layer (GPT-J; needs "
+                                      "--untie-embeddings-and-output-weights)", group=MODEL)
     hidden_dropout: float = setting(0.1, "dropout on embeddings and residual branches", least=0, most=1, group=MODEL)
     attention_dropout: float = setting(0.1, "dropout on attention probabilities", least=0, most=1, group=MODEL)
     init_method_std: float = setting(0.02, "standard deviation of the weight init", above=0, group=MODEL)
@@ -265,7 +273,11 @@ class GPTConfig:
     rope_original_max_positions: int = 8192
     num_query_groups: int | None = None  # K/V heads, each shared by heads / groups query heads (None: one per head)
     rotary_percent: float = 1.0  # the share of each head's dimensions that rotary embeddings turn (GPT-NeoX: 0.25)
+    rotary_interleaved: bool = False  # RoPE pairs (0, 1), (2, 3), ... (GPT-J), not (i, i + rotary_dim / 2)
     parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)), one residual add (GPT-NeoX, GPT-J)
+    shared_input_norm: bool = False  # parallel residual with one norm: x + attn(norm1(x)) + mlp(norm1(x)) (GPT-J)
+    attention_bias: bool | None = None  # biases in the QKV and output projections (None: as `bias`; GPT-J: none)
+    output_bias: bool = False  # a bias on the untied output layer (GPT-J)
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     init_std: float = 0.02
@@ -281,6 +293,13 @@ class GPTConfig:
                 or self.num_attention_heads % self.num_query_groups):
             raise TextmillError(f"model config: num_query_groups {self.num_query_groups!r} must divide the "
                                 f"{self.num_attention_heads} attention heads")
+        if self.attention_bias is None:
+            self.attention_bias = self.bias
+        if self.shared_input_norm and not self.parallel_residual:
+            raise TextmillError("model config: a shared input norm needs the parallel residual (--use-parallel-residual)")
+        if self.output_bias and self.tie_embeddings:
+            raise TextmillError("model config: an output layer bias needs an untied output layer "
+                                "(--untie-embeddings-and-output-weights)")
         if self.num_query_groups == self.num_attention_heads:  # one group per head is plain attention
             self.num_query_groups = None
         if self.ffn_hidden_size is None:
@@ -351,7 +370,9 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         position_embedding="rope" if config.position_embedding_type == "rope" else "learned",
         rope_theta=config.rotary_base,
         rotary_percent=config.rotary_percent,
+        rotary_interleaved=config.rotary_interleaved,
         parallel_residual=config.use_parallel_residual,
+        shared_input_norm=config.shared_input_norm,
         rope_scaling="llama3" if config.use_rope_scaling else "none",
         rope_scaling_factor=config.rope_scaling_factor,
         num_query_groups=config.num_query_groups if config.group_query_attention else None,
@@ -360,6 +381,8 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         activation="swiglu" if config.swiglu else "gelu_tanh" if config.openai_gelu else "gelu",
         tie_embeddings=not config.untie_embeddings_and_output_weights,
         bias=not config.disable_bias_linear,
+        attention_bias=not (config.disable_bias_linear or config.disable_attention_bias),
+        output_bias=config.output_layer_bias,
         hidden_dropout=config.hidden_dropout,
         attention_dropout=config.attention_dropout,
         init_std=config.init_method_std,
@@ -382,8 +405,11 @@ def unpadded_vocab_size(config: TrainConfig) -> int:
     raise TextmillError("give --vocab-file (and --merge-file) or --vocab-size")
 
 
-def check_vocabulary(model_tokens: int | None, data_tokens: int, load: Path) -> None:
-    """One line naming both sizes when the token files' tokenizer is not the model's."""
+def check_vocabulary(meta: dict, data_tokens: int, load: Path) -> None:
+    """One line naming both sizes when the token files' tokenizer is not the model's (a checkpoint's
+    "tokenizer_vocab_size", which may be smaller than its "vocab_size": GPT-J has 50400 rows for GPT-2's 50257
+    tokens)."""
+    model_tokens = meta.get("tokenizer_vocab_size", meta.get("vocab_size"))
     if model_tokens is not None and model_tokens != data_tokens:
         raise TextmillError(f"{load}: the model's vocabulary has {model_tokens} tokens, the tokenizer of the token "
                             f"files {data_tokens}; tokenize with the model's own tokenizer (kept in {load}/tokenizer)")

@@ -3,8 +3,9 @@
 GPT-2: learned position embeddings, pre-LayerNorm blocks, GELU MLP (4h), tied input/output embeddings,
 biases everywhere. LLaMA-style (as Megatron-LLaMA offers): rotary position embeddings, RMSNorm, SwiGLU MLP,
 no biases, untied output layer. GPT-NeoX: rotary embeddings on part of each head, and attention and MLP
-reading the same input with one residual add (the parallel residual). Attention goes through `scaled_dot_product_attention` (flash or
-memory-efficient kernels on GPU).
+reading the same input with one residual add (the parallel residual). GPT-J: the same with one norm for
+both branches, rotary pairs of neighbouring dimensions, no attention biases and a biased output layer.
+Attention goes through `scaled_dot_product_attention` (flash or memory-efficient kernels on GPU).
 
 The query/key/value projection is one matrix whose rows are grouped per query group as
 [groups, (queries of the group, k, v), head_dim]: Megatron's layout (since checkpoint version 2.0), and the
@@ -51,12 +52,15 @@ def llama3_scaled(inv_freq: torch.Tensor, config: GPTConfig) -> torch.Tensor:
     return (1 - blend) * inv_freq / config.rope_scaling_factor + blend * inv_freq
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each (first half, second half) pair of the leading 2 * cos.shape[-1] dimensions of x [B, heads,
-    T, head_dim] by its position's angle; the other dimensions pass unturned (partial rotary, GPT-NeoX)."""
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    """Rotate pairs of the leading 2 * cos.shape[-1] dimensions of x [B, heads, T, head_dim] by their
+    position's angle; the other dimensions pass unturned (partial rotary, GPT-NeoX and GPT-J). A pair is
+    dimension i with i + half (LLaMA, GPT-NeoX), or with `interleaved` dimensions 2i and 2i + 1 (GPT-J)."""
     half = cos.shape[-1]
-    x1, x2 = x[..., :half].float(), x[..., half : 2 * half].float()
-    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+    turned = x[..., : 2 * half].float()
+    x1, x2 = (turned[..., 0::2], turned[..., 1::2]) if interleaved else (turned[..., :half], turned[..., half:])
+    pairs = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+    rotated = (torch.stack(pairs, dim=-1).flatten(-2) if interleaved else torch.cat(pairs, dim=-1)).type_as(x)
     return rotated if 2 * half == x.shape[-1] else torch.cat([rotated, x[..., 2 * half :]], dim=-1)
 
 
@@ -65,8 +69,8 @@ class Attention(nn.Module):
         super().__init__()
         self.config = config
         self.qkv = nn.Linear(config.hidden_size, (config.num_attention_heads + 2 * config.kv_heads) * config.head_dim,
-                             bias=config.bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+                             bias=config.attention_bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
 
@@ -83,7 +87,8 @@ class Attention(nn.Module):
         start = cache.length if cache is not None else 0  # position of x's first token
         if rope is not None:
             cos, sin = rope[0][start : start + T], rope[1][start : start + T]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            interleaved = self.config.rotary_interleaved
+            q, k = apply_rope(q, cos, sin, interleaved), apply_rope(k, cos, sin, interleaved)
         if cache is not None:
             k, v = cache.extend(layer, k, v)
         if self.recompute and self.training:
@@ -162,15 +167,17 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.norm1, self.attn = make_norm(config), Attention(config)
-        self.norm2, self.mlp = make_norm(config), MLP(config)
+        self.norm2 = None if config.shared_input_norm else make_norm(config)  # GPT-J: the MLP reads norm1's output
+        self.mlp = MLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.parallel = config.parallel_residual
 
     def forward(self, x: torch.Tensor, rope=None, cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         # cache and layer by keyword: tensor parallelism's input plans cover the positional inputs
-        attended = self.dropout(self.attn(self.norm1(x), rope, cache=cache, layer=layer))
+        normed = self.norm1(x)
+        attended = self.dropout(self.attn(normed, rope, cache=cache, layer=layer))
         if self.parallel:  # both branches read the block's input (GPT-NeoX, GPT-J)
-            return x + attended + self.dropout(self.mlp(self.norm2(x)))
+            return x + attended + self.dropout(self.mlp(normed if self.norm2 is None else self.norm2(x)))
         x = x + attended
         return x + self.dropout(self.mlp(self.norm2(x)))
 
@@ -185,7 +192,8 @@ class GPT(nn.Module):
         # Keyed by layer number, so a pipeline stage holding layers 6-11 still names them blocks.6...blocks.11.
         self.blocks = nn.ModuleDict({str(i): Block(config) for i in range(config.num_layers)})
         self.norm_f = make_norm(config)
-        self.lm_head = None if config.tie_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(config.hidden_size, config.vocab_size,
+                                                                     bias=config.output_bias)
         if config.position_embedding == "rope":
             cos, sin = rope_tables(config)
             self.register_buffer("rope_cos", cos, persistent=False)
@@ -216,6 +224,9 @@ class GPT(nn.Module):
     def output_weight(self) -> torch.Tensor:
         return self.wte.weight if self.lm_head is None else self.lm_head.weight
 
+    def output_bias(self) -> torch.Tensor | None:
+        return None if self.lm_head is None else self.lm_head.bias
+
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
                 loss_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """Logits [B, T, padded vocab] for token ids [B, T]; with labels [B, T], the mean cross-entropy
@@ -237,8 +248,8 @@ class GPT(nn.Module):
             return x
         x = self.norm_f(x)
         if labels is not None:
-            return language_model_loss(x, self.output_weight(), labels, loss_mask)
-        return output_logits(x, self.output_weight())
+            return language_model_loss(x, self.output_weight(), labels, loss_mask, self.output_bias())
+        return output_logits(x, self.output_weight(), self.output_bias())
 
     def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         end = start + tokens.shape[1]
@@ -254,14 +265,14 @@ class GPT(nn.Module):
 
 
 class LanguageModelLoss(torch.autograd.Function):
-    """Mean cross-entropy of the logits hidden @ weight.T against labels, without ever holding all logits.
+    """Mean cross-entropy of the logits hidden @ weight.T (+ bias) against labels, without ever holding all logits.
 
     The logits of a GPT-2 batch are the largest tensor of a step (8 x 1024 x 50304 fp32 = 1.6 GB, and
     as much again for their gradient). Rows go through in chunks of about LOSS_CHUNK_BYTES of logits;
     since the loss is a scalar, each chunk's gradients are known as soon as its softmax is:
         d loss / d logits = (softmax(logits) - onehot(label)) * mask / sum(mask)
-    so the forward pass computes d hidden = P @ weight and d weight = P.T @ hidden right away and the
-    backward pass only scales them. Same FLOPs as the plain way, a fraction of the memory traffic.
+    so the forward pass computes d hidden = P @ weight, d weight = P.T @ hidden (and d bias = the column sums
+    of P) right away and the backward pass only scales them. Same FLOPs as the plain way, a fraction of the memory traffic.
 
     Under tensor parallelism (`group` given) the weight is this rank's slice of the vocabulary, rows
     [vocab_start, vocab_start + len(weight)), and hidden is whole on every rank. The softmax is made global
@@ -270,13 +281,13 @@ class LanguageModelLoss(torch.autograd.Function):
     over the group. No rank ever holds another rank's logits."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, loss_mask, group=None, vocab_start=0):
+    def forward(ctx, hidden, weight, bias, labels, loss_mask, group=None, vocab_start=0):
         device = hidden.device.type
         # Matrix products in the autocast dtype when autocast is on (as F.linear would be), softmax in fp32.
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
         vocab = weight.shape[0]
         rows = max(1, LOSS_CHUNK_BYTES // (4 * vocab))
-        want_grads = any(ctx.needs_input_grad[:2])
+        want_grads = any(ctx.needs_input_grad[:3])
         mask = loss_mask.float()
         denominator = mask.sum()
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -284,9 +295,13 @@ class LanguageModelLoss(torch.autograd.Function):
             w = weight.to(dtype)
             grad_hidden = torch.empty_like(hidden) if want_grads else None
             grad_weight = None
+            b = None if bias is None else bias.float()
+            grad_bias = None if bias is None else torch.zeros_like(b)
             for start in range(0, hidden.shape[0], rows):
                 h, y, m = hidden[start : start + rows].to(dtype), labels[start : start + rows], mask[start : start + rows]
                 logits = (h @ w.t()).float()
+                if b is not None:
+                    logits += b
                 local_y = y - vocab_start
                 here = (local_y >= 0) & (local_y < vocab)  # the rows whose target is in this vocabulary slice
                 local_y = local_y.clamp(0, vocab - 1)
@@ -308,51 +323,55 @@ class LanguageModelLoss(torch.autograd.Function):
                         grad_weight = probs.t() @ h.float()
                     else:
                         grad_weight.addmm_(probs.t(), h.float())
+                    if grad_bias is not None:
+                        grad_bias += probs.sum(dim=0)
         if want_grads:
             if group is not None:
                 torch.distributed.all_reduce(grad_hidden, group=group)
-            ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+            ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype),
+                                  None if grad_bias is None else grad_bias.to(bias.dtype))
         return total / denominator
 
     @staticmethod
     def backward(ctx, grad_loss):
         # Scaled in place: these buffers are this step's alone (so the graph can be run backward once).
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), None, None, None, None
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        grad_bias = None if grad_bias is None else grad_bias.mul_(grad_loss)
+        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), grad_bias, None, None, None, None
 
 
 LOSS_CHUNK_BYTES = 1 << 27
 
 
-def vocabulary_parallel(hidden: torch.Tensor, weight: torch.Tensor):
-    """For an output weight sharded by vocabulary over a tensor-parallel group (a DTensor): the whole hidden
+def vocabulary_parallel(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """For an output layer sharded by vocabulary over a tensor-parallel group (DTensors): the whole hidden
     states as a plain tensor (gathered along the sequence under sequence parallelism), this rank's weight
-    slice, the group and the slice's first vocabulary row. Plain weights pass through with no group."""
+    and bias slices, the group and the slice's first vocabulary row. Plain tensors pass through with no group."""
     from torch.distributed.tensor import DTensor
 
     if not isinstance(weight, DTensor):
-        return hidden, weight, None, 0
+        return hidden, weight, bias, None, 0
     if isinstance(hidden, DTensor):
         hidden = hidden.full_tensor()
     mesh = weight.device_mesh
     local = weight.to_local()
-    return hidden, local, mesh.get_group(), mesh.get_local_rank() * local.shape[0]
+    return hidden, local, None if bias is None else bias.to_local(), mesh.get_group(), mesh.get_local_rank() * local.shape[0]
 
 
 def language_model_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                        loss_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy (over unmasked positions) of next-token logits hidden @ weight.T, in fp32.
-    hidden [B, T, h], weight [V, h], labels [B, T]."""
-    hidden, weight, group, vocab_start = vocabulary_parallel(hidden, weight)
+                        loss_mask: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy (over unmasked positions) of next-token logits hidden @ weight.T + bias, in fp32.
+    hidden [B, T, h], weight [V, h], labels [B, T], bias [V] or None."""
+    hidden, weight, bias, group, vocab_start = vocabulary_parallel(hidden, weight, bias)
     hidden, labels = hidden.flatten(0, 1), labels.flatten()
     mask = torch.ones_like(labels, dtype=torch.float32) if loss_mask is None else loss_mask.flatten()
-    return LanguageModelLoss.apply(hidden, weight, labels, mask, group, vocab_start)
+    return LanguageModelLoss.apply(hidden, weight, bias, labels, mask, group, vocab_start)
 
 
-def output_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """hidden @ weight.T, gathered over the vocabulary slices under tensor parallelism."""
-    hidden, weight, group, _ = vocabulary_parallel(hidden, weight)
-    logits = F.linear(hidden, weight)
+def output_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden @ weight.T + bias, gathered over the vocabulary slices under tensor parallelism."""
+    hidden, weight, bias, group, _ = vocabulary_parallel(hidden, weight, bias)
+    logits = F.linear(hidden, weight, bias)
     if group is not None:
         parts = [torch.empty_like(logits) for _ in range(torch.distributed.get_world_size(group))]
         torch.distributed.all_gather(parts, logits.contiguous(), group=group)

@@ -51,8 +51,10 @@ class Trainer:
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(config.device, local_rank)
         self.vocab_size = unpadded_vocab_size(config)
-        # --use-checkpoint-args: the model's shape from the checkpoint at --load, not from the flags
-        model = checkpoint_model_config(config, self.vocab_size) if config.use_checkpoint_args else None
+        # The embedding rows that are tokens: the tokenizer's, or a loaded model's own (GPT-J: 50400 for 50257).
+        self.model_vocab_size, model = self.vocab_size, None
+        if config.use_checkpoint_args:  # the model's shape from the checkpoint at --load, not from the flags
+            model, self.model_vocab_size = checkpoint_model_config(config, self.vocab_size)
         self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size, model)
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")

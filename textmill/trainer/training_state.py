@@ -40,7 +40,8 @@ def save_training_state(trainer) -> Path:
         "consumed_samples": trainer.state.iteration * trainer.config.global_batch_size,
         "args": trainer.config.to_dict(),
         "seq_length": trainer.seq_len,
-        "vocab_size": trainer.vocab_size,
+        "vocab_size": trainer.model_vocab_size,
+        "tokenizer_vocab_size": trainer.vocab_size,
         "parallel": trainer.dims.to_dict(),
     }
     path = save_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.ckpt_format)
@@ -78,7 +79,7 @@ def load_training_state(trainer, root: Path) -> None:
     if ckpt is None:
         trainer.say(f"textmill train: no checkpoint in {root}; starting from scratch")
         return
-    check_vocabulary(ckpt.meta.get("vocab_size"), trainer.vocab_size, root)
+    check_vocabulary(ckpt.meta, trainer.vocab_size, root)
     saved, wanted = ckpt.model_config().architecture(), trainer.model_config.architecture()
     if saved != wanted:
         diff = {k: (v, wanted[k]) for k, v in saved.items() if wanted[k] != v}

@@ -33,7 +33,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool) ->
             plan["wpe"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
         plan["norm_f"] = SequenceParallel()
     if model.lm_head is not None:
-        plan["lm_head"] = ColwiseParallel()  # only its weight is used: a vocabulary slice, like wte's
+        plan["lm_head"] = ColwiseParallel()  # only its weight (and bias) is used: a vocabulary slice, like wte's
     parallelize_module(model, tp_mesh, plan)
     for block in model.blocks.values():
         block_plan = {
@@ -48,8 +48,10 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool) ->
             # Gather the sequence once per sublayer (not once per matrix that reads it); the gradient
             # coming back is reduce-scattered to the sequence shards.
             block_plan |= {
-                "norm1": SequenceParallel(), "norm2": SequenceParallel(),
+                "norm1": SequenceParallel(),
                 "attn": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             }
+            if block.norm2 is not None:  # GPT-J's blocks have one norm
+                block_plan["norm2"] = SequenceParallel()
         parallelize_module(block, tp_mesh, block_plan)
