@@ -10,22 +10,16 @@ from textmill.errors import TextmillError
 
 def cmd_inspect(args) -> str:
     from textmill.report.inspect import Selection, inspect
+    from textmill.tokenizers.files import open_tokenizer
+    from textmill.tokenizers.hf import check_tokenizer_choice
 
     if args.head < 0:
         raise TextmillError(f"--head must be 0 or more, not {args.head}")
     if (args.vocab_file is None) != (args.merge_file is None):
         raise TextmillError("--vocab-file and --merge-file go together")
-    if args.tokenizer_model and args.vocab_file:
-        raise TextmillError("--tokenizer-model and --vocab-file exclude each other (the folder holds the vocabulary)")
-    tokenizer = None
-    if args.vocab_file:
-        from textmill.tokenizers.gpt2 import GPT2Tokenizer
-
-        tokenizer = GPT2Tokenizer(args.vocab_file, args.merge_file)
-    elif args.tokenizer_model:
-        from textmill.tokenizers.hf import HFTokenizer
-
-        tokenizer = HFTokenizer(args.tokenizer_model)
+    check_tokenizer_choice("HuggingFaceTokenizer" if args.tokenizer_model else "GPT2BPETokenizer", args.tokenizer_model,
+                           args.vocab_file)
+    tokenizer = open_tokenizer(args.vocab_file, args.merge_file, args.tokenizer_model)
     selection = Selection(1 if args.id or args.url else args.head, args.reason, args.id, args.url)
     return "\n".join(inspect(args.path, selection, tokenizer))
 

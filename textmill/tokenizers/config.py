@@ -43,12 +43,6 @@ class TokenizeConfig(Settings):
 
     def given_tokenizer(self):
         """The tokenizer these settings name (GPT-2 files, or a Hugging Face folder), or None: train one."""
-        if self.tokenizer_model is not None:
-            from textmill.tokenizers.hf import HFTokenizer
+        from textmill.tokenizers.files import open_tokenizer
 
-            return HFTokenizer(self.tokenizer_model)
-        if self.vocab_file is not None:
-            from textmill.tokenizers.gpt2 import GPT2Tokenizer
-
-            return GPT2Tokenizer(self.vocab_file, self.merge_file)
-        return None
+        return open_tokenizer(self.vocab_file, self.merge_file, self.tokenizer_model)

@@ -281,19 +281,14 @@ def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=Non
     """The tokenizer a checkpoint was trained with: the given GPT-2 files, or the copies the trainer keeps in
     `<root>/tokenizer/` (GPT-2's vocab.json + merges.txt, or a Hugging Face folder's tokenizer.json). Its
     size must be the checkpoint's unpadded vocabulary size."""
-    from textmill.tokenizers.gpt2 import GPT2Tokenizer
-    from textmill.tokenizers.hf import HFTokenizer, is_hf_tokenizer_folder
+    from textmill.tokenizers.files import open_tokenizer, tokenizer_in
 
     kept = root / "tokenizer"
-    if vocab_file and merge_file:
-        tokenizer, source = GPT2Tokenizer(vocab_file, merge_file), vocab_file
-    elif is_hf_tokenizer_folder(kept):
-        tokenizer, source = HFTokenizer(kept), kept / "tokenizer.json"
-    elif (kept / "vocab.json").exists() and (kept / "merges.txt").exists():
-        tokenizer, source = GPT2Tokenizer(kept / "vocab.json", kept / "merges.txt"), kept / "vocab.json"
-    else:
+    tokenizer = open_tokenizer(vocab_file, merge_file) if vocab_file and merge_file else tokenizer_in(kept)
+    if tokenizer is None:
         raise TextmillError(f"{kept}/ holds no vocab.json + merges.txt (nor tokenizer.json); give --vocab-file and "
                             "--merge-file")
+    source = tokenizer.files[0]
     expected = meta.get("vocab_size")
     # A model's own tokenizer may hold fewer tokens than its embedding has rows (GPT-J and NeoX pad).
     if expected is not None and tokenizer.vocab_size > expected:
@@ -305,7 +300,8 @@ def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=Non
 def checkpoint_model_config(config, vocab_size: int):
     """The GPTConfig of the newest checkpoint at --load (Megatron's --use-checkpoint-args), with this run's
     dropout, for a tokenizer of `vocab_size` tokens (the checkpoint's own: a model reads only the ids it
-    was trained on), and the model's vocabulary size (its rows that are tokens, which may be more)."""
+    was trained on), the model's vocabulary size (its rows that are tokens, which may be more), and the
+    checkpoint (read once: load_training_state takes it)."""
     from textmill.trainer.config import GPTConfig, check_vocabulary
 
     if config.load is None:
@@ -316,4 +312,4 @@ def checkpoint_model_config(config, vocab_size: int):
     check_vocabulary(ckpt.meta, vocab_size, config.load)
     model = GPTConfig.from_dict({**ckpt.meta["model_config"], "hidden_dropout": config.hidden_dropout,
                                  "attention_dropout": config.attention_dropout})
-    return model, ckpt.meta.get("vocab_size", vocab_size)
+    return model, ckpt.meta.get("vocab_size", vocab_size), ckpt

@@ -52,9 +52,9 @@ class Trainer:
         self.device = pick_device(config.device, local_rank)
         self.vocab_size = unpadded_vocab_size(config)
         # The embedding rows that are tokens: the tokenizer's, or a loaded model's own (GPT-J: 50400 for 50257).
-        self.model_vocab_size, model = self.vocab_size, None
+        self.model_vocab_size, model, loaded = self.vocab_size, None, None
         if config.use_checkpoint_args:  # the model's shape from the checkpoint at --load, not from the flags
-            model, self.model_vocab_size = checkpoint_model_config(config, self.vocab_size)
+            model, self.model_vocab_size, loaded = checkpoint_model_config(config, self.vocab_size)
         self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size, model)
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
@@ -87,7 +87,7 @@ class Trainer:
         self.state = TrainState()
         self.peak = device_peak_tflops(self.device, config.peak_tflops)
         if config.load:
-            self.resume(config.load)
+            load_training_state(self, config.load, loaded)
 
     def build_model(self) -> None:
         """The model, cut into this rank's pipeline stages (one without pipeline parallelism), each split over
@@ -136,9 +136,6 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self) -> Path:
         return save_training_state(self)
-
-    def resume(self, root: Path) -> None:
-        load_training_state(self, root)
 
     def say(self, text: str) -> None:
         if is_writer():

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import is_writer, load_checkpoint, save_checkpoint
+from textmill.trainer.checkpoint import Checkpoint, is_writer, load_checkpoint, save_checkpoint
 from textmill.trainer.config import check_vocabulary
 
 
@@ -69,13 +69,14 @@ def keep_tokenizer(config, folder: Path) -> None:
     os.replace(staging, folder)
 
 
-def load_training_state(trainer, root: Path) -> None:
-    """The newest checkpoint of `root` into the trainer: weights, and unless it is a release, --finetune or
-    --no-load-optim, the optimizer, loss scale, iteration and (same process count) random state."""
+def load_training_state(trainer, root: Path, ckpt: Checkpoint | None = None) -> None:
+    """The newest checkpoint of `root` (`ckpt`, when already read) into the trainer: weights, and unless it is
+    a release, --finetune or --no-load-optim, the optimizer, loss scale, iteration and (same process count)
+    random state."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                          set_model_state_dict, set_state_dict)
 
-    ckpt = load_checkpoint(root)
+    ckpt = ckpt or load_checkpoint(root)
     if ckpt is None:
         trainer.say(f"textmill train: no checkpoint in {root}; starting from scratch")
         return

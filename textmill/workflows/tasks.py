@@ -889,9 +889,9 @@ def tokenizer_source(config: str, settings: RunConfig) -> list:
 
 def tokenizer_options(files: list[Path]) -> list[str]:
     """`textmill train`'s options for a tokenizer's files (fetched)."""
-    if files[0].name == "tokenizer.json":
-        return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(files[0].parent)]
-    return ["--vocab-file", str(files[0]), "--merge-file", str(files[1])]
+    from textmill.tokenizers.files import tokenizer_settings
+
+    return [arg for name, value in tokenizer_settings(files).items() for arg in ("--" + name.replace("_", "-"), str(value))]
 
 
 class ImportHF(RunTask):
@@ -959,10 +959,10 @@ class TokenizeShard(RunTask):
         from textmill.tokenizers.config import TokenizeConfig
         from textmill.tokenizers.preprocess import tokenize_files
 
+        from textmill.tokenizers.files import tokenizer_settings
+
         files = [fetch(p) for p in tokenizer_files(self.config, self.settings)]
-        given = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": files[0].parent} \
-            if files[0].name == "tokenizer.json" else {"vocab_file": files[0], "merge_file": files[1]}
-        tokenizer = TokenizeConfig(**given).given_tokenizer()
+        tokenizer = TokenizeConfig(**tokenizer_settings(files)).given_tokenizer()
         tokenize_files([fetch(corpus_task(self.config).shard(self.part))], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1))
 

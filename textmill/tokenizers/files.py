@@ -1,0 +1,38 @@
+"""Which tokenizer some options or files name: GPT-2's vocab.json + merges.txt, or a Hugging Face tokenizer
+folder (tokenizer.json). One place that tells the two apart, for the commands, the checkpoints and the
+workflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = None, tokenizer_model: Path | None = None):
+    """The tokenizer of a Hugging Face folder, else of GPT-2's two files, else None."""
+    if tokenizer_model is not None:
+        from textmill.tokenizers.hf import HFTokenizer
+
+        return HFTokenizer(tokenizer_model)
+    if vocab_file is not None:
+        from textmill.tokenizers.gpt2 import GPT2Tokenizer
+
+        return GPT2Tokenizer(vocab_file, merge_file)
+    return None
+
+
+def tokenizer_in(folder: Path):
+    """The tokenizer whose files a folder holds (tokenizer.json, or vocab.json + merges.txt), or None."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").is_file():
+        return open_tokenizer(tokenizer_model=folder)
+    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        return open_tokenizer(folder / "vocab.json", folder / "merges.txt")
+    return None
+
+
+def tokenizer_settings(files: list[Path]) -> dict:
+    """The settings (TokenizeConfig's and TrainConfig's field names) naming the tokenizer of these files:
+    a Hugging Face folder's (tokenizer.json first), or GPT-2's vocab.json and merges.txt."""
+    if files[0].name == "tokenizer.json":
+        return {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": files[0].parent}
+    return {"vocab_file": files[0], "merge_file": files[1]}
