@@ -107,11 +107,14 @@ def test_megatron_flags_for_grouped_query_attention_and_rope_scaling():
 
 
 def test_query_groups_that_tensor_parallelism_cannot_split_are_one_error_line(corpus):
+    """Two groups of three query heads over three ranks: neither whole groups per rank nor one group's
+    share (G divisible by TP, or TP by G: see test_parallel.py for both)."""
     r = run_cli("train", "--data-path", str(corpus["prefix"]), "--vocab-file", str(corpus["vocab"]), "--merge-file",
-                str(corpus["merges"]), "--train-iters", "1", "--group-query-attention", "--num-query-groups", "1",
-                "--tensor-model-parallel-size", "2", "--nproc-per-node", "2")
+                str(corpus["merges"]), "--train-iters", "1", "--num-attention-heads", "6", "--hidden-size", "96",
+                "--group-query-attention", "--num-query-groups", "2", "--tensor-model-parallel-size", "3",
+                "--nproc-per-node", "3")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "textmill: error: --num-query-groups 1 is not divisible by --tensor-model-parallel-size 2"], r.stderr
+        "textmill: error: --num-query-groups 2 and --tensor-model-parallel-size 3: one must divide the other"], r.stderr
 
 
 def test_fine_tuning_an_imported_model_on_token_files_made_with_its_own_tokenizer(tmp_path, corpus):

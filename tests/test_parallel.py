@@ -126,6 +126,32 @@ def test_grouped_query_attention_under_tensor_and_pipeline_parallelism(corpus, t
         assert (model(tokens) - reference(tokens)).abs().max().item() < 1e-4
 
 
+REPLICATED_KV = {
+    # One key/value head for four queries, two ranks: each rank computes its two queries and that head.
+    "mqa-tp2-sp-pp2": (dict(**LLAMA, group_query_attention=True, num_query_groups=1, num_layers=4), {**TP, **SP, **PP}),
+    # Two groups over four ranks: each group's two queries split, its keys and values on both of its ranks.
+    "gqa2-tp4": (dict(**LLAMA, group_query_attention=True, num_query_groups=2), dict(tensor_model_parallel_size=4)),
+    # GPT-2's blocks (a QKV bias) with FSDP2 over two data-parallel ranks of two tensor-parallel ranks.
+    "mqa-bias-tp2-dp2": (dict(group_query_attention=True, num_query_groups=1), TP),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(REPLICATED_KV))
+def test_fewer_query_groups_than_tensor_parallel_ranks_replicate_keys_and_values(corpus, tmp_path, case):
+    """TP > G: the single-process curve, and a checkpoint that loads whole into one process."""
+    blocks, layout = REPLICATED_KV[case]
+    whole = single_process(corpus, tmp_path / "one", 6, **blocks)
+    split = distributed(corpus, tmp_path / "split", 4, 6, **blocks, **layout)
+    assert_same_curve(split[0], whole[0])
+    assert_same_curve(split[1], whole[1])
+    model, _ = load_model(tmp_path / "split")
+    reference, _ = load_model(tmp_path / "one")
+    tokens = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (model(tokens) - reference(tokens)).abs().max().item() < 1e-4
+
+
 FAMILY_BLOCKS = {
     # Parallel residual, rotary embeddings on a quarter of each head (rotate-half), biases, untied output.
     "gpt-neox": dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,

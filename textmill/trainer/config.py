@@ -67,7 +67,9 @@ class TrainConfig(Settings):
                                           "shared by heads / groups query heads (1 group: multi-query attention)",
                                           group=MODEL)
     num_query_groups: int = setting(1, "key/value heads with --group-query-attention (must divide the attention "
-                                    "heads, and be divisible by --tensor-model-parallel-size)", least=1, group=MODEL)
+                                    "heads; with --tensor-model-parallel-size TP, G divisible by TP gives each rank "
+                                    "whole groups, TP divisible by G replicates each group's keys and values on its "
+                                    "TP / G ranks)", least=1, group=MODEL)
     normalization: Literal["LayerNorm", "RMSNorm"] = setting("LayerNorm", "norm layers", group=MODEL)
     norm_epsilon: float = setting(1e-5, "epsilon of the norm layers", above=0, group=MODEL)
     swiglu: bool = setting(False, "SwiGLU MLP instead of GELU (LLaMA)", group=MODEL)

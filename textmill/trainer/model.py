@@ -71,6 +71,8 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, (config.num_attention_heads + 2 * config.kv_heads) * config.head_dim,
                              bias=config.attention_bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        # Query heads per key/value head in what qkv returns (fewer when tensor parallelism splits a group).
+        self.queries_per_group = config.num_attention_heads // config.kv_heads
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
 
@@ -80,7 +82,7 @@ class Attention(nn.Module):
         # [B, T, groups_here, queries + 2, head_dim]: groups_here is every query group, or this rank's share
         # under tensor parallelism; T is the whole sequence even when x was a sequence-parallel shard.
         B, T = qkv.shape[:2]
-        queries = self.config.num_attention_heads // self.config.kv_heads
+        queries = self.queries_per_group
         qkv = qkv.view(B, T, -1, queries + 2, self.config.head_dim)
         q = qkv[:, :, :, :queries].flatten(2, 3).transpose(1, 2)  # [B, heads, T, head_dim], group by group
         k, v = (qkv[:, :, :, queries + i].transpose(1, 2) for i in range(2))  # [B, groups, T, head_dim]

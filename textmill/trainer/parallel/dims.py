@@ -53,9 +53,11 @@ class ParallelDims:
                                 f"x --pipeline-model-parallel-size {self.pp}")
         if model_config.num_attention_heads % self.tp:
             raise TextmillError(f"--num-attention-heads {model_config.num_attention_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
-        if model_config.kv_heads % self.tp:  # as in Megatron-core: each rank holds whole query groups
-            raise TextmillError(f"--num-query-groups {model_config.kv_heads} is not divisible by "
-                                f"--tensor-model-parallel-size {self.tp}")
+        # Each rank holds whole query groups (G divisible by TP, as Megatron-core requires), or, with fewer
+        # groups than ranks, its group's keys and values replicated (TP divisible by G).
+        if model_config.kv_heads % self.tp and self.tp % model_config.kv_heads:
+            raise TextmillError(f"--num-query-groups {model_config.kv_heads} and --tensor-model-parallel-size {self.tp}: "
+                                "one must divide the other")
         if model_config.ffn_hidden_size % self.tp:
             raise TextmillError(f"--ffn-hidden-size {model_config.ffn_hidden_size} is not divisible by --tensor-model-parallel-size {self.tp}")
         if model_config.vocab_size % self.tp:
