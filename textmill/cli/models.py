@@ -60,7 +60,7 @@ def cmd_checkpoint_convert(args) -> str:
 def add_parsers(sub) -> None:
     fmt = ArgumentDefaults
     p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
-                       description="Train a GPT (GPT-2, or LLaMA-style blocks) on Megatron .bin/.idx datasets, with "
+                       description="Train a GPT (GPT-2, or LLaMA, GPT-NeoX or GPT-J blocks) on Megatron .bin/.idx datasets, with "
                        "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
     add_arguments(p, TrainConfig)
     p.set_defaults(func=cmd_train)
@@ -90,10 +90,12 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face).",
                        description="Export a checkpoint to another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel or LlamaForCausalLM).",
+    p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel, LlamaForCausalLM, "
+                           "GPTNeoXForCausalLM or GPTJForCausalLM).",
                            formatter_class=fmt,
                            description="Write the newest checkpoint as a Hugging Face folder: config.json, "
-                           "model.safetensors (fp32), vocab.json, merges.txt and tokenizer config, which "
+                           "model.safetensors (fp32) and the tokenizer's files (GPT-2's vocab.json, merges.txt and "
+                           "tokenizer config, or a Hugging Face tokenizer.json kept from an import), which "
                            "AutoModelForCausalLM / AutoTokenizer / pipeline('text-generation') load as they are.")
     p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
     p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
@@ -103,12 +105,16 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face).",
                        description="Import a model from another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    p = formats.add_parser("hf", help="A Hugging Face GPT-2 or LLaMA folder into a textmill checkpoint.", formatter_class=fmt,
-                           description="Turn a Hugging Face GPT-2 (or LLaMA-architecture) folder into a textmill "
-                           "'release' checkpoint that evaluate, export and train --load (with --finetune) accept.")
+    p = formats.add_parser("hf", help="A Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill checkpoint.",
+                           formatter_class=fmt,
+                           description="Turn a Hugging Face GPT-2, LLaMA (grouped-query attention and LLaMA 3.1's rope "
+                           "scaling included), GPT-NeoX or GPT-J folder into a textmill 'release' checkpoint that "
+                           "evaluate, export and train --load (with --finetune --use-checkpoint-args) accept. Its "
+                           "tokenizer comes along into SAVE/tokenizer/.")
     p.add_argument("folder", type=Path, help="folder with config.json and model.safetensors (or pytorch_model.bin)")
     p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
-    add_tokenizer_files(p, "the tokenizer to keep with the model (default: FOLDER/vocab.json and FOLDER/merges.txt)")
+    add_tokenizer_files(p, "the tokenizer to keep with the model (default: FOLDER/tokenizer.json, else FOLDER/vocab.json "
+                        "and FOLDER/merges.txt)")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
     p.set_defaults(func=cmd_import_hf)
 
