@@ -263,6 +263,7 @@ def test_fine_tuning_a_model_with_more_embedding_rows_than_tokens(tmp_path):
                 "--global-batch-size", "2", "--seq-length", "64", "--split", "100,0,0", "--lr", "1e-4",
                 "--save", str(tmp_path / "tuned"))
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "vocab 50257 (the model's 50400) padded to 50432" in r.stdout
     tuned, ckpt = load_model(tmp_path / "tuned")
     assert (ckpt.meta["vocab_size"], ckpt.meta["tokenizer_vocab_size"]) == (50400, 50257)
     r = run_cli("export", "hf", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "tuned-hf"))

@@ -488,3 +488,24 @@ def test_a_run_fine_tunes_a_hugging_face_model_on_its_corpus_with_the_models_tok
     assert again.config.num_key_value_heads == 2 and (exported / "tokenizer.json").is_file()
     rerun = run_cli("run", str(config))
     assert rerun.returncode == 0 and "7-import" not in rerun.stderr  # all done: nothing imported or trained again
+
+
+@pytest.mark.slow
+def test_a_run_fine_tunes_a_gptj_with_gpt2_tokenizer_files_and_spare_embedding_rows(tmp_path, site):
+    """init_from with a folder holding GPT-2's vocab.json and merges.txt (no tokenizer.json) and more
+    embedding rows than tokens, as GPT-J 6B: tokenized with those files, trained, exported whole."""
+    import transformers
+    from test_families import write_hf_gptj
+
+    config = make_run(tmp_path, site, train="true", train_iters=2)
+    write_hf_gptj(tmp_path / "gptj")
+    config.write_text(config.read_text().replace("[train]\n", '[train]\ninit_from = "hf:gptj"\n'))
+    r = run_cli("run", str(config))
+    assert r.returncode == 0, r.stderr[-3000:]
+    work = tmp_path / "work"
+    [log] = (work / "10-train").glob("*/train.log")
+    assert "/ckpt/tokenizer/vocab.json --merge-file" in log.read_text()
+    assert "vocab 50257 (the model's 50400) padded to 50432" in log.read_text()
+    [exported] = (work / "12-export").glob("*/hf")
+    again = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    assert type(again).__name__ == "GPTJForCausalLM" and again.config.vocab_size == 50400

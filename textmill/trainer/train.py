@@ -275,8 +275,11 @@ class Trainer:
         tokens_per_iter = config.global_batch_size * self.seq_len
         flops_per_iter = training_flops(self.model_config, config.global_batch_size, self.seq_len)
         layout = f" x {self.dims.world} processes ({self.dims.describe(config)})" if self.dims.distributed else ""
+        vocab = f"vocab {self.vocab_size}"
+        if self.model_vocab_size != self.vocab_size:  # a model with spare rows (GPT-J: 50400 for 50257 tokens)
+            vocab += f" (the model's {self.model_vocab_size})"
         self.say(f"textmill train: {self.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
-                 f"hidden {self.model_config.hidden_size}, vocab {self.vocab_size} padded to {self.model_config.vocab_size}, "
+                 f"hidden {self.model_config.hidden_size}, {vocab} padded to {self.model_config.vocab_size}, "
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
         bar = tqdm(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train",
