@@ -22,8 +22,10 @@ def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = Non
 
 def tokenizer_in(folder: Path):
     """The tokenizer whose files a folder holds (tokenizer.json, or vocab.json + merges.txt), or None."""
+    from textmill.tokenizers.hf import is_hf_tokenizer_folder
+
     folder = Path(folder)
-    if (folder / "tokenizer.json").is_file():
+    if is_hf_tokenizer_folder(folder):
         return open_tokenizer(tokenizer_model=folder)
     if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
         return open_tokenizer(folder / "vocab.json", folder / "merges.txt")
