@@ -240,13 +240,13 @@ def checked(path: Path, values: dict) -> RunConfig:
     if settings.tokenize.tokenizer_type != "GPT2BPETokenizer":
         raise TextmillError("[tokenize] tokenizer_type: a run encodes with GPT-2 BPE files (vocab_file and merge_file, "
                             "or a BPE it trains), or with the model's own tokenizer when [train] init_from names one")
-    if settings.train.hf_folder(path.parent) is not None:
+    hf_folder = settings.train.hf_folder(path.parent)
+    if hf_folder is not None:
         if settings.tokenize.vocab_file or settings.train.resume == "latest":
             raise TextmillError("[train] init_from brings the model's own tokenizer and weights: leave out [tokenize] "
                                 "vocab_file and [train] resume")
-        if not (settings.train.hf_folder(path.parent) / "config.json").is_file():
-            raise TextmillError(f"[train] init_from: {settings.train.hf_folder(path.parent)} holds no config.json (a "
-                                "Hugging Face model folder)")
+        if not (hf_folder / "config.json").is_file():
+            raise TextmillError(f"[train] init_from: {hf_folder} holds no config.json (a Hugging Face model folder)")
     if settings.train.resume == "latest" and not settings.tokenize.vocab_file:
         raise TextmillError("[train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on each corpus "
                             "gives each model its own vocabulary")

@@ -204,15 +204,13 @@ def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int, bos: i
 def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
     """The model's tokenizer beside it: a Hugging Face tokenizer's own files as they are, or GPT-2's two
     files with the config transformers' GPT2Tokenizer reads."""
+    from textmill.tokenizers.files import folder_files
     from textmill.tokenizers.hf import HFTokenizer
 
+    for name, path in folder_files(tokenizer).items():
+        shutil.copyfile(path, out / name)
     if isinstance(tokenizer, HFTokenizer):
-        for path in tokenizer.files:
-            shutil.copyfile(path, out / path.name)
         return
-    vocab_file, merge_file = tokenizer.files
-    shutil.copyfile(vocab_file, out / "vocab.json")
-    shutil.copyfile(merge_file, out / "merges.txt")
     special = {"bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN, "unk_token": EOD_TOKEN}
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
     config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_length, "add_prefix_space": False, **special}
@@ -366,8 +364,8 @@ def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
 def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None, merge_file=None) -> dict:
     """Turn a Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill `release` checkpoint under `save`, with its
     tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
-    from textmill.tokenizers.gpt2 import GPT2Tokenizer
-    from textmill.tokenizers.hf import TOKENIZER_FILES, HFTokenizer, is_hf_tokenizer_folder
+    from textmill.tokenizers.files import folder_files, open_tokenizer
+    from textmill.tokenizers.hf import is_hf_tokenizer_folder
 
     folder = Path(folder)
     try:
@@ -401,16 +399,15 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
         if not vocab_file.exists() or not merge_file.exists():
             raise TextmillError(f"{folder} holds no tokenizer.json, nor vocab.json + merges.txt (GPT-2 BPE); give "
                                 "--vocab-file and --merge-file")
-        tokenizer, kept = GPT2Tokenizer(vocab_file, merge_file), {"vocab.json": vocab_file, "merges.txt": merge_file}
+        tokenizer = open_tokenizer(vocab_file, merge_file)
     else:  # the model's own Hugging Face tokenizer, kept as it is
-        tokenizer = HFTokenizer(folder)
-        kept = {name: folder / name for name in TOKENIZER_FILES if (folder / name).is_file()}
+        tokenizer = open_tokenizer(tokenizer_model=folder)
     # The tokenizer may hold fewer tokens than the embedding has rows (GPT-J and NeoX pad theirs); never more.
     if tokenizer.vocab_size > vocab:
         raise TextmillError(f"the tokenizer has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
     save = Path(save)
     (save / "tokenizer").mkdir(parents=True, exist_ok=True)
-    for name, path in kept.items():
+    for name, path in folder_files(tokenizer).items():
         shutil.copyfile(path, save / "tokenizer" / name)
     meta = {"model_config": model_config.to_dict(), "vocab_size": vocab, "tokenizer_vocab_size": tokenizer.vocab_size,
             "seq_length": model_config.max_position_embeddings, "imported_from": str(folder)}

@@ -32,6 +32,17 @@ def tokenizer_in(folder: Path):
     return None
 
 
+def folder_files(tokenizer) -> dict[str, Path]:
+    """A tokenizer's files by the names they take in a model or checkpoint folder: a Hugging Face
+    tokenizer's own names, GPT-2's files as vocab.json and merges.txt."""
+    from textmill.tokenizers.hf import HFTokenizer
+
+    if isinstance(tokenizer, HFTokenizer):
+        return {path.name: path for path in tokenizer.files}
+    vocab_file, merge_file = tokenizer.files
+    return {"vocab.json": vocab_file, "merges.txt": merge_file}
+
+
 def tokenizer_settings(files: list[Path]) -> dict:
     """The settings (TokenizeConfig's and TrainConfig's field names) naming the tokenizer of these files:
     a Hugging Face folder's (tokenizer.json first), or GPT-2's vocab.json and merges.txt."""

@@ -52,15 +52,11 @@ def save_training_state(trainer) -> Path:
 
 def keep_tokenizer(config, folder: Path) -> None:
     """Copy the tokenizer files the data was made with into `folder` (written whole, then renamed)."""
-    from textmill.tokenizers.hf import TOKENIZER_FILES
+    from textmill.tokenizers.files import folder_files, open_tokenizer
 
-    if config.tokenizer_model:
-        files = {name: Path(config.tokenizer_model) / name for name in TOKENIZER_FILES}
-        files = {name: path for name, path in files.items() if path.is_file()}
-    elif config.vocab_file and config.merge_file:
-        files = {"vocab.json": config.vocab_file, "merges.txt": config.merge_file}
-    else:
-        return
+    if not (config.tokenizer_model or config.vocab_file and config.merge_file):
+        return  # nothing to keep: --vocab-size alone, or a vocab.json without its merges
+    files = folder_files(open_tokenizer(config.vocab_file, config.merge_file, config.tokenizer_model))
     staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -957,9 +957,8 @@ class TokenizeShard(RunTask):
 
     def make(self):
         from textmill.tokenizers.config import TokenizeConfig
-        from textmill.tokenizers.preprocess import tokenize_files
-
         from textmill.tokenizers.files import tokenizer_settings
+        from textmill.tokenizers.preprocess import tokenize_files
 
         files = [fetch(p) for p in tokenizer_files(self.config, self.settings)]
         tokenizer = TokenizeConfig(**tokenizer_settings(files)).given_tokenizer()
