@@ -12,7 +12,7 @@ tokenizer. This module splits text by the same kind of rules, without spaCy:
 - common abbreviations (`Mr.`, `e.g.`, `Jan.`, single letters) keep their full stop, and clitics come
   off (`don't` is `do` `n't`, `it's` is `it` `'s`).
 A sentence ends after a `.`, `!` or `?` token, once a token follows that is not punctuation (spaCy's
-sentencizer). tests/test_quality.py measures agreement with datatrove on real pages.
+sentencizer). tests/integration/test_quality.py measures agreement with datatrove on real pages.
 """
 
 from __future__ import annotations

@@ -92,11 +92,15 @@ def times_chart(seconds: dict[str, float]) -> str:
     ax.barh(names, [seconds[n] for n in names], color="#8172b3")
     for y, name in enumerate(names):
         ax.text(seconds[name], y, f" {seconds[name]:.1f}s", va="center", fontsize=8)
-    # Log scale: the corpus stages take seconds where training takes hours, and both stay readable.
-    ax.set_xscale("log")
-    ax.set_xlabel("seconds, log scale (the stage's tasks, when they last ran)")
-    ax.set_xlim(min(0.05, *(v for v in seconds.values() if v > 0)) if any(v > 0 for v in seconds.values()) else 0.05,
-                max(max(seconds.values()) * 3, 1))
+    positive = [v for v in seconds.values() if v > 0]
+    if positive:
+        # Log scale: the corpus stages take seconds where training takes hours, and both stay readable.
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds, log scale (the stage's tasks, when they last ran)")
+        ax.set_xlim(min(0.05, *positive), max(max(positive) * 3, 1))
+    else:  # no task took a measurable time: a log scale would have nothing to show (and matplotlib warns)
+        ax.set_xlabel("seconds (the stage's tasks, when they last ran)")
+        ax.set_xlim(0, 1)
     return png(fig)
 
 

@@ -1,0 +1,70 @@
+"""The scrape stage as a process: killed and resumed without fetching again, and `textmill extract` on a kept crawl."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+
+from support.cli import run_cli
+from support.stages import url_shard
+from textmill.demo import synthweb
+from textmill.pipeline.scrape import ScrapeConfig
+from textmill.workflows.commands import run_stage
+
+
+def test_killed_scrape_resumes_without_refetching(tmp_path):
+    web = synthweb.build_web(seed=3, articles=40, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    with synthweb.serve(web, latency_s=0.1) as srv:
+        base = synthweb.base_url(srv)
+        shard = url_shard(tmp_path, [base + p for p in web.url_paths])
+        out = tmp_path / "sc"
+        cmd = [sys.executable, "-m", "textmill.cli", "scrape", str(shard), "-o", str(out),
+               "--allow-private-addresses", "--concurrency", "2", "--extract-workers", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        journal = out / ".urls.journal.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count("\n") < 10):
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert not (out / "urls.parquet").exists() and not (out / ".manifests" / "urls.json").exists()
+        done_before = {json.loads(line)["row"]["url"] for line in journal.read_text().splitlines() if line.endswith("}")}
+        assert 10 <= len(done_before) < 40
+        hits_before = dict(srv.hits)
+
+        [m] = run_stage("scrape", [tmp_path / "bl"], out, {"scrape": ScrapeConfig(allow_private_addresses=True, concurrency=2,
+                                                                                  extract_workers=0)}).manifests
+    assert m["counts"] == {"input": 40, "kept": 40, "rejected": 0, "output_rows": 40}
+    assert m["resumed"] == len(done_before)
+    for url in done_before:  # journaled pages were not fetched again
+        path = url.removeprefix(base)
+        assert srv.hits[path] == hits_before[path] == 1
+    assert not journal.exists()
+    assert pq.read_table(out / "urls.parquet").column("url").to_pylist() == [base + p for p in web.url_paths]
+
+
+def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, small_web, server):
+    base = synthweb.base_url(server)
+    paths = ["/article/1.html", "/article/2.html", "/fr/0.html", "/missing.html", "/empty.html"]
+    (tmp_path / "urls.txt").write_text("".join(f"{base}{p}\n" for p in paths))
+    assert run_cli("blacklist", str(tmp_path / "urls.txt"), "-o", str(tmp_path / "bl")).returncode == 0
+    fetch = ["--allow-private-addresses", "--extract-workers", "0", "--timeout-s", "5"]
+    for extractor, out, keep in (("newspaper", "news", ["--keep-html"]), ("trafilatura", "traf", [])):
+        r = run_cli("scrape", str(tmp_path / "bl"), "-o", str(tmp_path / out), "--extractor", extractor, *fetch, *keep)
+        assert r.returncode == 0, r.stderr
+    hits = dict(server.hits)
+    r = run_cli("extract", str(tmp_path / "news"), "-o", str(tmp_path / "again"), "--extractor", "trafilatura")
+    assert r.returncode == 0, r.stderr
+    assert server.hits == hits  # nothing fetched
+    for name in ("urls.parquet", ".rejects/urls.parquet"):
+        again = pq.read_table(tmp_path / "again" / name).drop_columns(["elapsed_s", "fetched_at"])
+        assert again == pq.read_table(tmp_path / "traf" / name).drop_columns(["elapsed_s", "fetched_at"]), name
+    manifest = json.loads((tmp_path / "again" / ".manifests" / "urls.json").read_text())
+    assert manifest["params"]["extractor"] == "trafilatura" and manifest["counts"]["input"] == len(paths)
+    assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
+    missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
+    assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls.parquet'}); scrape with --keep-html" in missing.stderr

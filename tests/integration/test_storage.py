@@ -1,0 +1,217 @@
+"""Object storage: a run whose URL lists, evaluation set and WORK are s3:// URLs on a real S3-API server
+(moto's, started on 127.0.0.1 by the test) gives the local run's token files; a run killed mid-upload
+leaves nothing a rerun takes for finished; a stage command reads and writes the store as a run does."""
+
+import json
+import logging
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support.files import write_jsonl
+from support.runs import dataset_bytes, make_run
+from textmill.demo import synthweb
+from textmill.io import store
+from textmill.workflows.tasks import MergeDataset
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """An S3-API server on 127.0.0.1, the environment that points clients at it, and an fsspec view of it."""
+    moto_server = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1", "TEXTMILL_CACHE": str(tmp_path_factory.mktemp("cache"))}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    yield fs
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stop()
+
+
+def upload_inputs(fs, root: Path, bucket: str) -> None:
+    """The run's URL lists and evaluation set, put in the bucket."""
+    fs.mkdir(bucket)
+    for path in sorted((root / "urls").iterdir()):
+        fs.put_file(str(path), f"{bucket}/input/urls/{path.name}")
+    fs.put_file(str(root / "eval.jsonl"), f"{bucket}/input/eval.jsonl")
+
+
+def s3_config(root: Path, bucket: str, train: bool = False) -> Path:
+    """root/run.toml rewritten with every input and WORK in the bucket, and the local inputs removed."""
+    config = root / "run.toml"
+    text = config.read_text().replace('work_dir = "work"', f'work_dir = "s3://{bucket}/work"')
+    text = text.replace('urls = ["urls"]', f'urls = ["s3://{bucket}/input/urls"]')
+    text = text.replace('"eval.jsonl"', f'"s3://{bucket}/input/eval.jsonl"')
+    text = text.replace("train_iters = 20", "train_iters = 4").replace("eval_interval = 10", "eval_interval = 4")
+    config.write_text(text)
+    for path in [*(root / "urls").iterdir(), root / "eval.jsonl"]:
+        path.unlink()
+    return config
+
+
+def textmill(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+def test_a_bad_storage_table_is_one_error(tmp_path):
+    (tmp_path / "run.toml").write_text('[storage]\ns3 = "http://x"\n')
+    r = textmill("run", str(tmp_path / "run.toml"))
+    assert r.returncode == 2 and "[storage] holds one table per protocol" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_the_store_layer_fetches_what_changed_and_drops_what_the_store_lacks(s3, tmp_path):
+    s3.mkdir("layer")
+    path = store.local_path("s3://layer/a/b.json")
+    assert store.url_of(path) == "s3://layer/a/b.json" and store.shown(path) == "s3://layer/a/b.json"
+    assert store.local_path("file:///x/y") == Path("/x/y") and store.url_of(tmp_path) is None
+    with pytest.raises(FileNotFoundError):
+        store.fetch(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("one")
+    assert not store.exists(path)  # a local copy is not the store's
+    store.publish([path])
+    assert s3.cat("layer/a/b.json") == b"one" and store.exists(path)
+    s3.pipe("layer/a/b.json", b"two!")  # another worker wrote it again
+    assert store.fetch(path).read_text() == "two!"
+    s3.rm_file("layer/a/b.json")
+    with pytest.raises(FileNotFoundError):
+        store.fetch(path)
+    assert not path.exists()  # the stale copy went with it
+    for name in ("x/1.txt", "x/y/2.txt"):
+        s3.pipe(f"layer/t/{name}", name.encode())
+    tree = store.fetch_tree(store.local_path("s3://layer/t"))
+    assert sorted(str(p.relative_to(tree)) for p in store.files_under_locally(tree)) == ["x/1.txt", "x/y/2.txt"]
+
+
+def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_copy(s3, tmp_path, site, finished_run):
+    local = finished_run.root / "run.toml"
+
+    config = make_run(tmp_path / "remote", site, train="true")
+    upload_inputs(s3, tmp_path / "remote", "e2e")
+    config = s3_config(tmp_path / "remote", "e2e")
+    r = textmill("run", str(config), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "trained 4 iterations" in r.stdout and "eval.jsonl: accuracy" in r.stdout
+    merged = MergeDataset(str(config))
+    assert store.url_of(merged.dataset()) == f"s3://e2e/work/9-dataset/{merged.key()}/corpus_text_document"
+    # The token files in the bucket are the local run's, byte for byte.
+    remote = b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files())
+    assert remote == dataset_bytes(local)
+    done = json.loads(s3.cat(store.url_of(merged.done_file())[5:]))
+    assert {name: f["bytes"] for name, f in done["files"].items()} == \
+        {p.name: p.stat().st_size for p in merged.token_files()}
+    # Everything a later reader needs is in the bucket: checkpoints, the export, the run's record and report.
+    for stage in ("10-train", "11-evaluate", "12-export", "runs"):
+        assert s3.find(f"e2e/work/{stage}"), stage
+    assert s3.exists("e2e/work/report.html") and s3.exists("e2e/work/results.md")
+
+    assert f"-> s3://e2e/work/9-dataset/{merged.key()}/corpus_text_document.bin/.idx" in r.stdout
+
+    # A machine with an empty cache finds the whole run complete in the bucket: no stage writes anything.
+    before = stage_objects(s3, "e2e")
+    os.environ["TEXTMILL_CACHE"], cache = str(tmp_path / "other-cache"), os.environ["TEXTMILL_CACHE"]
+    try:
+        again = textmill("run", str(config))
+        status = textmill("status", str(config))
+    finally:
+        os.environ["TEXTMILL_CACHE"] = cache
+    assert again.returncode == 0 and "textmill run: done:" in again.stdout, again.stderr[-2000:]
+    assert stage_objects(s3, "e2e") == before
+    assert status.returncode == 0 and re.search(r"(\d+) task\(s\): \1 done, 0 pending", status.stdout), status.stdout
+
+
+def stage_objects(fs, bucket: str) -> dict[str, str]:
+    """The ETag of every object the stages wrote (not the run records and reports, which each run adds)."""
+    fs.invalidate_cache()
+    return {k: v["ETag"] for k, v in fs.find(f"{bucket}/work", detail=True).items()
+            if not k.startswith((f"{bucket}/work/runs/", f"{bucket}/work/report", f"{bucket}/work/results"))}
+
+
+def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, tmp_path, site, finished_run):
+    local = finished_run.root / "run.toml"
+
+    make_run(tmp_path / "remote", site)
+    upload_inputs(s3, tmp_path / "remote", "killed")
+    config = s3_config(tmp_path / "remote", "killed")
+    # This run names its endpoint in the run file instead of the environment.
+    config.write_text(config.read_text() + f'[storage.s3]\nendpoint_url = "{os.environ["AWS_ENDPOINT_URL"]}"\n')
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, uploading = time.monotonic() + 300, False
+    while not uploading and time.monotonic() < deadline:  # a scraped shard's data is in, its manifest not yet
+        s3.invalidate_cache()
+        names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}  # relative to the stage's key folder
+        uploading = any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert uploading, "the run was not seen uploading"
+    # What the kill left: a shard's data without its manifest, which the rerun does not take for finished.
+    s3.invalidate_cache()
+    names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}
+    assert any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+
+    r = subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    merged = MergeDataset(str(config))
+    assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files()) == dataset_bytes(local)
+
+
+def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s3.mkdir("ranged")
+    local = tmp_path / "groups.parquet"
+    pq.write_table(pa.table({"x": list(range(100_000))}), local, row_group_size=10_000)
+    s3.put_file(str(local), "ranged/groups.parquet")
+    path = store.local_path("s3://ranged/groups.parquet")
+    with store.readable(path) as source:
+        assert pq.ParquetFile(source).read_row_group(3)["x"].to_pylist() == list(range(30_000, 40_000))
+    assert not path.exists()  # read in place, not downloaded
+    store.fetch(path)
+    with store.readable(path) as source:
+        assert source == path  # the local copy, now current
+
+
+def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_done(s3, tmp_path):
+    rng = random.Random(2)
+    write_jsonl(tmp_path / "docs" / "a.jsonl", [{"id": f"a{i}", "text": " ".join(synthweb.prose(rng, 3))} for i in range(60)])
+    write_jsonl(tmp_path / "docs" / "b.jsonl", [{"id": f"b{i}", "text": " ".join(synthweb.prose(rng, 3))} for i in range(60)])
+    s3.mkdir("command")
+    for name in ("a.jsonl", "b.jsonl"):
+        s3.put_file(str(tmp_path / "docs" / name), f"command/docs/{name}")
+    local = textmill("dedup", str(tmp_path / "docs"), "-o", str(tmp_path / "dedup"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    r = textmill("dedup", "s3://command/docs", "-o", "s3://command/dedup", "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "-> s3://command/dedup" in r.stdout
+    for name in ("a.parquet", "b.parquet", ".rejects/a.parquet", ".clusters.json"):
+        assert s3.cat(f"command/dedup/{name}") == (tmp_path / "dedup" / name).read_bytes(), name
+    written = {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")}
+    assert any("/.textmill/3-minhash/" in p for p in written) and any("/.textmill/keys/" in p for p in written)
+
+    again = subprocess.run([sys.executable, "-m", "textmill.cli", "dedup", "s3://command/docs", "-o", "s3://command/dedup"],
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "TEXTMILL_CACHE": str(tmp_path / "other-machine")})
+    assert again.returncode == 0 and "textmill dedup: " not in again.stderr  # no step ran again
+    assert {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")} == written

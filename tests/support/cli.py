@@ -1,0 +1,10 @@
+"""The real `textmill` entry point in a subprocess, the way a user runs it."""
+
+import os
+import subprocess
+import sys
+
+
+def run_cli(*args: str, cwd=None, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**(env or os.environ), "PYTHONUNBUFFERED": "1"}, timeout=timeout)

@@ -1,0 +1,13 @@
+"""The committed test data (tests/data, see its SOURCES.md) and small file writers."""
+
+import json
+from pathlib import Path
+
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"
+VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -1,0 +1,136 @@
+"""Hugging Face folders in and out, against transformers' own models: GPT-2, LLaMA with grouped-query and
+multi-query attention and LLaMA 3.1's rope scaling, GPT-NeoX and GPT-J keep their function on import (logits to
+1e-4) and come back tensor for tensor on export. (`textmill import hf` / `export hf` themselves run in
+tests/integration/test_families.py and test_evaluate.py.)"""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from support.files import TEST_DATA
+from support.hf_models import TEXTS, llama_style_tokenizer, write_hf_gptj, write_hf_llama
+from textmill.interop.hf import export_hf, import_hf
+from textmill.trainer.checkpoint import load_model
+from textmill.trainer.model import KVCache
+
+transformers = pytest.importorskip("transformers")
+
+
+def write_hf_gpt2(folder, **config):
+    """A randomly initialised Hugging Face GPT-2 with the real GPT-2 vocabulary, saved as users get it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, **config)).eval()
+    model.save_pretrained(folder)
+    shutil.copyfile(TEST_DATA / "gpt2-vocab.json", folder / "vocab.json")
+    shutil.copyfile(TEST_DATA / "gpt2-merges.txt", folder / "merges.txt")
+    return model
+
+
+@pytest.mark.parametrize("config", [{}, {"activation_function": "gelu", "tie_word_embeddings": False}])
+def test_import_hf_gpt2_keeps_its_function_and_round_trips(tmp_path, config):
+    from safetensors.torch import load_file
+
+    hf_model = write_hf_gpt2(tmp_path / "hf", **config)
+    imported = import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    assert (imported["vocab_size"], imported["padded_vocab_size"]) == (50257, 50304)
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "release"
+    ours, ckpt = load_model(tmp_path / "ckpt")
+    tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :50257]).abs().max().item() < 1e-4
+    assert ckpt.meta["vocab_size"] == 50257 and ckpt.meta["iteration"] == 0 and ckpt.release
+
+    export_hf(tmp_path / "ckpt", tmp_path / "back")
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(k for k in original if not k.endswith(".attn.bias"))
+    assert all(torch.equal(original[k], back[k]) for k in back)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["grouped-query", "multi-query"])
+def test_import_hf_llama_with_grouped_query_attention_keeps_its_function_and_round_trips(tmp_path, kv_heads):
+    from safetensors.torch import load_file
+
+    hf_model, tokenizer = write_hf_llama(tmp_path / "hf", kv_heads)
+    import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    ours, ckpt = load_model(tmp_path / "ckpt")
+    assert ours.config.kv_heads == kv_heads and ours.config.rope_scaling == "llama3"
+    assert ours.blocks["0"].attn.qkv.weight.shape == ((4 + 2 * kv_heads) * 16, 64)
+    vocab = len(tokenizer)
+    tokens = torch.randint(0, vocab, (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :vocab]).abs().max().item() < 1e-4
+    assert (tmp_path / "ckpt" / "tokenizer" / "tokenizer.json").is_file()  # the model's own tokenizer came along
+
+    export_hf(tmp_path / "ckpt", tmp_path / "back")
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["num_key_value_heads"] == kv_heads and config["rope_parameters"]["rope_type"] == "llama3"
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    exported_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    assert exported_tokenizer(TEXTS[0]).input_ids == tokenizer(TEXTS[0]).input_ids
+    with torch.no_grad():
+        assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("parallel_residual", [True, False], ids=["parallel-residual", "sequential"])
+def test_import_hf_gpt_neox_keeps_its_function_and_round_trips(tmp_path, parallel_residual):
+    """GPT-NeoX's blocks: rotary embeddings on a quarter of each head (rotate-half), attention and MLP from
+    one input with one residual add (use_parallel_residual), biases, an untied output layer."""
+    from safetensors.torch import load_file
+
+    tokenizer = llama_style_tokenizer(tmp_path / "hf", TEXTS)
+    torch.manual_seed(0)
+    hf_model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=256, vocab_size=len(tokenizer),
+        max_position_embeddings=128, rotary_pct=0.25, use_parallel_residual=parallel_residual,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)).eval()
+    hf_model.save_pretrained(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    ours, _ = load_model(tmp_path / "ckpt")
+    assert (ours.config.rotary_dim, ours.config.parallel_residual) == (4, parallel_residual)
+    tokens = torch.randint(0, len(tokenizer), (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :len(tokenizer)]).abs().max().item() < 1e-4
+
+    assert export_hf(tmp_path / "ckpt", tmp_path / "back")["family"] == "gpt_neox"
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+def test_import_hf_gptj_keeps_its_function_and_round_trips(tmp_path):
+    """GPT-J's blocks: rotary embeddings on neighbouring pairs of a quarter of each head, one LayerNorm read
+    by attention and MLP alike, no attention biases, an untied output layer with a bias."""
+    from safetensors.torch import load_file
+
+    hf_model = write_hf_gptj(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    ours, ckpt = load_model(tmp_path / "ckpt")
+    c = ours.config
+    assert (c.rotary_dim, c.rotary_interleaved, c.shared_input_norm, c.attention_bias, c.output_bias) == (4, True, True, False, True)
+    assert (ckpt.meta["vocab_size"], ckpt.meta["tokenizer_vocab_size"], c.vocab_size) == (50400, 50257, 50432)
+    assert ours.blocks["0"].norm2 is None and ours.blocks["0"].attn.qkv.bias is None
+    tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :50400]).abs().max().item() < 1e-4
+
+        cache = KVCache(128)  # generation reads the same function a token at a time
+        steps = [ours(tokens[:, :90], cache=cache)[:, -1]] + [ours(tokens[:, t : t + 1], cache=cache)[:, -1]
+                                                              for t in range(90, 100)]
+        assert torch.allclose(torch.stack(steps[1:], 1), ours(tokens)[:, 90:], atol=1e-5)
+
+    assert export_hf(tmp_path / "ckpt", tmp_path / "back")["family"] == "gptj"
+    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert (config["model_type"], config["rotary_dim"], config["vocab_size"]) == ("gptj", 4, 50400)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5

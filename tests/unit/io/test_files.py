@@ -1,0 +1,44 @@
+"""Files every room writes and reads back: atomic writes, damaged records reported once and read as missing,
+fingerprints that follow a file's content."""
+
+import hashlib
+
+import pytest
+
+from textmill.io.files import atomic_path, local_fingerprint, read_json_record, write_json
+
+
+def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
+    target = tmp_path / "sub" / "record.json"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert list(target.parent.iterdir()) == []
+    write_json({"b": 1, "a": [1, 2]}, target)
+    assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'  # sorted keys: the same bytes each time
+    assert [p.name for p in target.parent.iterdir()] == ["record.json"]
+
+
+def test_a_damaged_record_is_said_once_and_read_as_missing(tmp_path, capsys):
+    assert read_json_record(tmp_path / "nothing.json", "its task will run again") is None
+    record = tmp_path / "manifest.json"
+    write_json({"counts": {"kept": 3}}, record)
+    assert read_json_record(record, "its task will run again") == {"counts": {"kept": 3}}
+    record.write_bytes(record.read_bytes()[:9])  # cut short, as by a full disk
+    for _ in range(3):
+        assert read_json_record(record, "its task will run again") is None
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
+    assert read_json_record(tmp_path / "binary.json", "ignored") is None
+    assert capsys.readouterr().err.splitlines() == [
+        f"textmill: {record} is damaged (not a whole JSON object); its task will run again",
+        f"textmill: {tmp_path / 'binary.json'} is damaged (UnicodeDecodeError); ignored"]
+
+
+def test_a_fingerprint_is_the_contents_sha256_and_follows_a_change(tmp_path):
+    path = tmp_path / "urls.txt"
+    path.write_text("http://a.example/\n")
+    first = local_fingerprint(path)
+    assert first == {"path": str(path), "bytes": 18, "sha256": hashlib.sha256(b"http://a.example/\n").hexdigest()}
+    path.write_text("http://b.example/page\n")
+    assert local_fingerprint(path)["sha256"] == hashlib.sha256(b"http://b.example/page\n").hexdigest()

@@ -1,0 +1,28 @@
+"""Progress where no terminal is attached: a line per interval with the amount, the rate and the time left,
+and a last line when the work is done."""
+
+import re
+
+import pytest
+
+from textmill.errors import TextmillError
+from textmill.io.progress import progress
+
+
+def test_without_a_terminal_long_work_prints_lines_and_ends_with_done(monkeypatch, capsys):
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "0")
+    assert sum(progress(range(4), desc="tokenize docs", unit="doc")) == 6
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and all(line.startswith("tokenize docs: ") for line in lines)
+    assert re.match(r"tokenize docs: 1 doc of 4 doc \(25%\), [\d,.]+ doc/s, about \S+ left \[\S+\]$", lines[0]), lines[0]
+    assert lines[-1].endswith(" done") and "4 doc of 4 doc (100%)" in lines[-1]
+
+
+def test_a_quiet_interval_prints_nothing_and_a_bad_one_is_an_error(monkeypatch, capsys):
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "3600")
+    with progress(total=10, desc="scrape") as bar:
+        bar.update(10)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "often")
+    with pytest.raises(TextmillError, match="TEXTMILL_PROGRESS_S must be a number of seconds, not 'often'"):
+        progress(total=1)

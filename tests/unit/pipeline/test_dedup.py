@@ -1,0 +1,190 @@
+"""Dedup: MinHash precision and recall, reused signatures, band steps in any order, exact duplicates first."""
+
+import dataclasses
+import itertools
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from support.files import write_jsonl
+from textmill.demo import synthweb
+from textmill.errors import TextmillError
+from textmill.pipeline.dedup import (
+    DedupConfig,
+    band_keys_shard,
+    band_pairs,
+    cluster_pairs,
+    shingles,
+    signature_shard,
+    write_pairs,
+)
+from textmill.workflows.commands import run_stage
+
+
+def dedup_shards(shards, output, cfg):
+    """`textmill dedup` as its tasks run it: the output shards' manifests and the clusters' record."""
+    return run_stage("dedup", shards, output, {"dedup": cfg})
+
+
+def jaccard(a: str, b: str, cfg: DedupConfig) -> float:
+    x, y = shingles(a, cfg.shingle_size, cfg.shingle_unit), shingles(b, cfg.shingle_size, cfg.shingle_unit)
+    return len(x & y) / len(x | y)
+
+
+def near_duplicate_corpus(seed: int, families: int, singles: int):
+    """Families of a base text plus lightly edited copies (true duplicates), heavily edited copies
+    (not duplicates), and unrelated singles. Returns the documents and each one's family."""
+    rng = random.Random(seed)
+    docs, family = [], []
+    for f in range(families + singles):
+        base = " ".join(synthweb.prose(rng, 5))
+        docs.append(base)
+        family.append(f)
+        if f < families:
+            for _ in range(rng.randint(1, 3)):
+                docs.append(synthweb.mutate(rng, base, rng.choice([0.005, 0.01, 0.02])))
+                family.append(f)
+            docs.append(synthweb.mutate(rng, base, 0.3))  # same topic, mostly rewritten
+            family.append(f)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    return [docs[i] for i in order], [family[i] for i in order]
+
+
+def test_precision_and_recall_on_generated_near_duplicates(tmp_path):
+    cfg = DedupConfig()
+    docs, family = near_duplicate_corpus(seed=11, families=60, singles=140)
+    half = len(docs) // 2
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs[:half])])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs) if i >= half])
+    manifests, clusters = dedup_shards([tmp_path / "in" / "a.jsonl", tmp_path / "in" / "b.jsonl"], tmp_path / "out", cfg)
+
+    rejected = {}
+    for name in ("a", "b"):
+        for r in pq.read_table(tmp_path / "out" / ".rejects" / f"{name}.parquet").to_pylist():
+            rejected[int(r["id"][1:])] = int(r["reason"].split("=d")[1])
+    root = {i: rejected.get(i, i) for i in range(len(docs))}
+    predicted = {(i, j) for i, j in itertools.combinations(range(len(docs)), 2) if root[i] == root[j]}
+    truth = {
+        (i, j)
+        for i, j in itertools.combinations(range(len(docs)), 2)
+        if family[i] == family[j] and jaccard(docs[i], docs[j], cfg) >= cfg.threshold
+    }
+    precision = len(predicted & truth) / len(predicted)
+    recall = len(predicted & truth) / len(truth)
+    print(f"dedup on {len(docs)} docs: {len(truth)} true pairs, precision {precision:.3f}, recall {recall:.3f}")
+    assert precision >= 0.95 and recall >= 0.9
+    # the keeper is the first document of its cluster in corpus order
+    assert all(keeper < i for i, keeper in rejected.items())
+    assert sum(m["counts"]["rejected"] for m in manifests) == len(rejected) == sum(clusters["cluster_sizes"]) - len(clusters["cluster_sizes"])
+
+
+def test_signatures_are_reused_and_output_is_deterministic(tmp_path):
+    docs, _ = near_duplicate_corpus(seed=5, families=5, singles=5)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)])
+    cfg = DedupConfig()
+    dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", cfg)
+    [sig] = (tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet")
+    mtime, shard = sig.stat().st_mtime_ns, tmp_path / "out" / "a.parquet"
+    first, first_mtime = shard.read_bytes(), shard.stat().st_mtime_ns
+    dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", cfg)  # every step is done: none runs
+    assert sig.stat().st_mtime_ns == mtime and shard.stat().st_mtime_ns == first_mtime
+    dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", dataclasses.replace(cfg, threshold=0.95))
+    assert sig.stat().st_mtime_ns == mtime  # the same MinHash settings: the signatures are kept
+    assert shard.stat().st_mtime_ns != first_mtime and json.loads((tmp_path / "out" / ".clusters.json").read_text())[
+        "params"]["threshold"] == 0.95  # the output folder holds what the new settings give
+    dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", DedupConfig(num_perm=64, bands=8))
+    assert len(list((tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet"))) == 2  # recomputed
+    dedup_shards([tmp_path / "in" / "a.jsonl"], tmp_path / "out", cfg)
+    assert shard.read_bytes() == first
+
+
+def test_char_shingles_like_megatron():
+    assert shingles("Abcdef", 5, "char") == {b"abcde", b"bcdef"}
+    assert shingles("ab", 5, "char") == {b"ab"}
+    assert shingles("One two, three!", 2, "word") == {b"one two", b"two three"}
+
+
+def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
+    cfg = DedupConfig(num_perm=64, bands=16, threshold=0.5, exact_duplicates=False)
+    docs, _ = near_duplicate_corpus(seed=3, families=30, singles=40)
+    parts = [docs[i::3] for i in range(3)]  # a family's copies end up in different shards
+    for k, part in enumerate(parts):
+        write_jsonl(tmp_path / "in" / f"s{k}.jsonl", [{"id": f"s{k}-{i}", "text": t} for i, t in enumerate(part)])
+    shards = sorted((tmp_path / "in").iterdir())
+    _, whole = dedup_shards(shards, tmp_path / "whole", cfg)
+    assert whole["cluster_sizes"]
+
+    sigs = [signature_shard(s, tmp_path / "steps" / f"{s.stem}.minhash.parquet", cfg) for s in shards]
+    bands = [tmp_path / "steps" / f"{s.stem}.bands.parquet" for s in shards]
+    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in reversed(list(zip(sigs, bands)))][::-1]
+    pairs = [tmp_path / "steps" / f"band-{b}.parquet" for b in range(cfg.bands + 1)]
+    for b in reversed(range(cfg.bands + 1)):
+        write_pairs(band_pairs(bands, b), pairs[b])
+    steps = cluster_pairs(pairs[:-1], pairs[-1:], [], sigs, counts, cfg)
+    written = json.loads((tmp_path / "whole" / ".clusters.json").read_text())
+    assert {k: v for k, v in written.items() if k != "params"} == steps
+    listed = ("duplicates", "exact")  # in clusters.json only
+    assert {k: v for k, v in steps.items() if k not in listed} == {k: whole[k] for k in steps if k not in listed}
+
+    def position(doc_id):  # corpus order: shard, then row
+        shard, row = doc_id.removeprefix("s").split("-")
+        return int(shard), int(row)
+
+    assert all(position(keeper) < position(doc) for doc, keeper in steps["duplicates"].items())
+    assert len({position(d)[0] for d in steps["duplicates"]} | {position(k)[0] for k in steps["duplicates"].values()}) == 3
+
+    # Band keys written in row groups that do not follow the bands (as textmill wrote them before it gave
+    # each band a row group of its own) give the same pairs: the merge reads a file by its row counts.
+    assert pq.ParquetFile(bands[0]).num_row_groups == cfg.bands + 1
+    regrouped = [tmp_path / "steps" / f"{b.stem}.regrouped.parquet" for b in bands]
+    for old, new in zip(bands, regrouped):
+        pq.write_table(pq.read_table(old), new, row_group_size=7)
+        new.with_name(new.stem + ".json").write_text(old.with_name(old.stem + ".json").read_text())
+    for b in range(cfg.bands + 1):
+        assert band_pairs(regrouped, b).tolist() == band_pairs(bands, b).tolist()
+
+
+def test_the_same_id_in_two_shards_is_one_error(tmp_path):
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "x", "text": "one text here"}, {"id": "y", "text": "two"}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "z", "text": "three"}, {"id": "x", "text": "four texts"}])
+    with pytest.raises(TextmillError, match="duplicate document ids across shards"):
+        dedup_shards(sorted((tmp_path / "in").iterdir()), tmp_path / "out", DedupConfig())
+
+
+def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_such(tmp_path):
+    """Mirrors that differ in case, punctuation or whitespace are exact duplicates, in one shard or two; an
+    edited copy is a near duplicate; without exact_duplicates the same documents go, all as near duplicates
+    (the same words give the same signature, so MinHash finds them too: the hash names them, and spares
+    computing a mirror's signature within a shard)."""
+    rng = random.Random(7)
+    base = " ".join(synthweb.prose(rng, 6))
+    other = " ".join(synthweb.prose(rng, 6))
+    mirror = base.upper().replace(". ", " ... ").replace(" ", "  \n")
+    edited = synthweb.mutate(rng, base, 0.01)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "a0", "text": base}, {"id": "a1", "text": other},
+                                              {"id": "a2", "text": mirror}, {"id": "a3", "text": edited}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "b0", "text": other + "!"}, {"id": "b1", "text": "Short."},
+                                              {"id": "b2", "text": "short"}])
+    shards = sorted((tmp_path / "in").iterdir())
+
+    def reasons(out):
+        return {r["id"]: r["reason"] for name in ("a", "b") for r in pq.read_table(out / ".rejects" / f"{name}.parquet").to_pylist()}
+
+    dedup_shards(shards, tmp_path / "out", DedupConfig())
+    clusters = json.loads((tmp_path / "out" / ".clusters.json").read_text())
+    assert reasons(tmp_path / "out") == {"a2": "exact_duplicate_of=a0", "a3": "near_duplicate_of=a0",
+                                         "b0": "exact_duplicate_of=a1", "b2": "exact_duplicate_of=b1"}
+    assert sorted(clusters["exact"]) == ["a2", "b0", "b2"] and clusters["exact_pairs"] == 3
+    # Within a shard, the mirror's signature is its original's, copied rather than computed.
+    [sigs] = (tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet")
+    rows = pq.read_table(sigs).to_pylist()
+    assert rows[2]["signature"] == rows[0]["signature"] and rows[2]["words_hash"] == rows[0]["words_hash"]
+    assert len({r["words_hash"] for r in rows}) == 3
+    dedup_shards(shards, tmp_path / "without", DedupConfig(exact_duplicates=False))
+    without = json.loads((tmp_path / "without" / ".clusters.json").read_text())
+    assert without["exact"] == [] and without["duplicates"] == clusters["duplicates"]
+    assert set(reasons(tmp_path / "without").values()) == {"near_duplicate_of=a0", "near_duplicate_of=a1",
+                                                           "near_duplicate_of=b1"}

@@ -1,0 +1,73 @@
+"""Shard files: kept, rejects and the manifest written last; accounting checked; unfinished shards refused."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from support.files import write_jsonl
+from textmill.errors import TextmillError
+from textmill.pipeline.documents import iter_documents
+from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, list_shards, manifest_path, rejects_path
+
+
+def doc(i):
+    return {name: None for name in DOC_SCHEMA.names} | {"id": f"d{i}", "text": f"text {i}"}
+
+
+def test_stage_writes_kept_rejects_and_manifest_last(tmp_path):
+    out = tmp_path / "part-00000.parquet"
+    with ShardOutput("t", out, DOC_SCHEMA, [], {"p": 1}) as stage:
+        stage.keep(doc(0))
+        stage.reject(doc(1), "status=404")
+        stage.reject(doc(2), "near_duplicate_of=d0")
+        assert not out.exists() and not manifest_path(out).exists()
+        m = stage.finish(3)
+    assert m["counts"] == {"input": 3, "kept": 1, "rejected": 2, "output_rows": 1}
+    assert m["reasons"] == {"near_duplicate_of": 1, "status=404": 1}
+    assert pq.read_table(out).column("id").to_pylist() == ["d0"]
+    assert pq.read_table(rejects_path(out)).column("reason").to_pylist() == ["status=404", "near_duplicate_of=d0"]
+
+
+def test_accounting_mismatch_fails_and_leaves_nothing(tmp_path):
+    out = tmp_path / "part-00000.parquet"
+    with pytest.raises(AssertionError, match="kept 1 \\+ rejected 0 != input 2"):
+        with ShardOutput("t", out, DOC_SCHEMA, [], {}) as stage:
+            stage.keep(doc(0))
+            stage.finish(2)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # (an empty .rejects folder may stay)
+
+
+def test_exception_inside_stage_leaves_no_files(tmp_path):
+    out = tmp_path / "a.parquet"
+    with pytest.raises(RuntimeError):
+        with ShardOutput("t", out, DOC_SCHEMA, [], {}) as stage:
+            stage.keep(doc(0))
+            raise RuntimeError("killed")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # (an empty .rejects folder may stay)
+
+
+def test_split_pieces_count_once(tmp_path):
+    with ShardOutput("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
+        stage.keep_pieces([doc(0), doc(1), doc(2)])
+        stage.keep(doc(3))
+        m = stage.finish(2)
+    assert m["counts"] == {"input": 2, "kept": 2, "rejected": 0, "output_rows": 4}
+
+
+def test_list_shards_refuses_unfinished_shard(tmp_path):
+    with ShardOutput("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
+        stage.finish(0)
+    (tmp_path / "b.parquet").write_bytes((tmp_path / "a.parquet").read_bytes())  # kept file, no manifest
+    with pytest.raises(TextmillError, match="b.parquet have no whole manifest"):
+        list_shards([tmp_path])
+    with pytest.raises(TextmillError, match="input not found"):
+        list_shards([tmp_path / "nope"])
+
+
+def test_loose_json_bad_lines_become_reasoned_records(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    write_jsonl(path, [{"text": "good one", "url": "http://example.com/a"}, {"title": "no text"}, {"text": 5}])
+    with open(path, "ab") as f:
+        f.write(b"{not json\n\n\xff\xfe{\"text\": 1}\n")
+    got = list(iter_documents(path))
+    assert [reason for _, reason in got] == [None, "missing_text", "missing_text", "invalid_json", "undecodable"]
+    assert got[0][0]["id"] != "docs.jsonl:1" and got[1][0]["id"] == "docs.jsonl:2"

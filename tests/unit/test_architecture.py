@@ -1,0 +1,102 @@
+"""The package's rooms and their one-way dependencies (docs/ARCHITECTURE.md), read from the source with ast:
+every import of a textmill module, at the top of a file or inside a function, counts."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "textmill"
+
+
+# Lowest first: a room may import its own modules and those of the rooms before it, never one after it.
+LAYERS = [
+    {"errors", "settings", "io"},
+    {"megatron"},
+    {"tokenizers"},
+    {"pipeline"},
+    {"trainer"},
+    {"inference", "evaluate", "interop"},
+    {"config", "report"},
+    {"workflows", "schedule"},
+    {"demo"},
+    {"cli"},
+]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("textmill"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("textmill"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in known else node.module)
+    return out
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "textmill"
+
+
+def layer(name: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if name in rooms)
+
+
+def test_every_room_is_placed():
+    rooms = {room(m) for m in modules()} - {"textmill", "__main__"}
+    assert rooms == set().union(*LAYERS)
+
+
+def test_rooms_import_only_rooms_below_them():
+    known = modules()
+    wrong = []
+    for module, path in known.items():
+        here = room(module)
+        if here in ("textmill", "__main__"):
+            continue
+        for imported in imports_of(path, known):
+            there = room(imported)
+            if there != "textmill" and layer(there) > layer(here):
+                wrong.append(f"{module} imports {imported}")
+    assert wrong == []
+
+
+def test_no_import_cycle():
+    known = modules()
+    graph = {m: imports_of(p, known) & known.keys() - {m} for m, p in known.items()}
+    state: dict[str, str] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, trail: list[str]) -> bool:
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycle.extend(trail[trail.index(n):] + [m, n] if n in trail else [m, n])
+                return True
+            if n not in state and visit(n, trail + [m]):
+                return True
+        state[m] = "done"
+        return False
+
+    assert not any(visit(m, []) for m in sorted(graph) if m not in state), cycle
+
+
+def test_luigi_only_in_the_workflow_room_and_io_imports_nothing_of_textmill():
+    known = modules()
+    for module, path in known.items():
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        if "luigi" in names:
+            assert room(module) == "workflows", module
+        if room(module) == "io":
+            assert not {m for m in imports_of(path, known) if room(m) not in ("io", "errors")}, module

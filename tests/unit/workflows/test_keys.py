@@ -1,0 +1,62 @@
+"""Work-folder keys, computed without running a task: made of settings and file contents, never of where the
+folder lies; a changed setting changes its stage's key and those after it only; a URL list added at the end
+leaves the earlier shards' keys as they were."""
+
+import shutil
+from pathlib import Path
+
+from support.runs import write_config
+from textmill.workflows.tasks import (
+    BlacklistShard,
+    CleanShard,
+    DedupShard,
+    MergeDataset,
+    ScrapeShard,
+    Shuffle,
+    TokenizeShard,
+    TrainTokenizer,
+)
+
+SETTINGS = dict(work="work", min_tokens=32, vocab_size=600, train="false", train_iters=20)
+
+
+def run_folder(root: Path, lists: int = 3, **settings) -> str:
+    """A run file with `lists` URL lists (no server: keys read the lists, they fetch nothing); its path."""
+    (root / "urls").mkdir(parents=True)
+    for k in range(lists):
+        (root / "urls" / f"RS_{k}.txt").write_text("".join(f"http://127.0.0.1:9/article/{k}-{i}.html\n" for i in range(5)))
+    (root / "eval.jsonl").write_text('{"text": "the old sailor repaired the boat"}\n')
+    return str(write_config(root, **{**SETTINGS, **settings}))
+
+
+def keys(config: str) -> dict[str, str]:
+    tasks = {**{f"BlacklistShard{i}": BlacklistShard(config, i) for i in range(3)}, "ScrapeShard2": ScrapeShard(config, 2),
+             "DedupShard0": DedupShard(config, 0), "CleanShard1": CleanShard(config, 1), "Shuffle": Shuffle(config),
+             "TrainTokenizer": TrainTokenizer(config), "TokenizeShard0": TokenizeShard(config, 0),
+             "MergeDataset": MergeDataset(config)}
+    return {name: task.key() for name, task in tasks.items()}
+
+
+def changed(a: dict, b: dict) -> list[str]:
+    return [name for name in a if a[name] != b[name]]
+
+
+def test_a_work_folders_keys_do_not_depend_on_where_it_lies(tmp_path):
+    config = run_folder(tmp_path / "here")
+    shutil.copytree(tmp_path / "here", tmp_path / "elsewhere")
+    assert keys(config) == keys(str(tmp_path / "elsewhere" / "run.toml"))
+
+
+def test_a_changed_setting_changes_the_keys_of_its_stage_and_those_after_it_only(tmp_path):
+    base = keys(run_folder(tmp_path / "base"))
+    cleanup = keys(run_folder(tmp_path / "cleanup", min_tokens=64))
+    assert changed(base, cleanup) == ["CleanShard1", "Shuffle", "TrainTokenizer", "TokenizeShard0", "MergeDataset"]
+    tokenizer = keys(run_folder(tmp_path / "tokenizer", vocab_size=700))
+    assert changed(base, tokenizer) == ["TrainTokenizer", "TokenizeShard0", "MergeDataset"]
+
+
+def test_a_url_list_added_at_the_end_keeps_the_earlier_shards_keys(tmp_path):
+    three = keys(run_folder(tmp_path / "three"))
+    four = keys(run_folder(tmp_path / "four", lists=4))
+    assert changed(three, four) == ["DedupShard0", "CleanShard1", "Shuffle", "TrainTokenizer", "TokenizeShard0",
+                                    "MergeDataset"]
