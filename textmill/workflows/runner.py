@@ -81,10 +81,11 @@ def configure_luigi() -> None:
 
 def record_file(task: RunTask, kind: str) -> Path:
     """Where a task's last failure (kind FAILURES) or run time (TIMES) is kept, outside its output folder: named
-    by the task's class, its own parameters and its key, not by the run file's path (part of Luigi's task id),
-    so a work folder moved or copied elsewhere keeps its records."""
+    by the task's class and its own parameters, not by the run file's path (part of Luigi's task id), so a work
+    folder moved or copied elsewhere keeps its records. (Not by its key either: a task can fail before its key
+    can be computed, when an input it names is missing.)"""
     own = "".join(f"-{name}={value}" for name, value in task.param_kwargs.items() if name != "config")
-    return task.work / kind / f"{type(task).__name__}{own}-{task.key()}.json"
+    return task.work / kind / f"{type(task).__name__}{own}.json"
 
 
 def write_record(task: RunTask, kind: str, record: dict) -> None:
