@@ -19,7 +19,7 @@ from textmill.errors import TextmillError
 from textmill.io.store import configure, fetch_file_or_tree, url_of
 from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig, ScrapeConfig,
                                       ShuffleConfig)
-from textmill.settings import SEED_MAX, Settings, example_table, from_table, setting, to_argv
+from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, setting, to_argv
 from textmill.tokenizers.config import TokenizeConfig
 from textmill.trainer.config import TrainConfig
 
@@ -140,8 +140,9 @@ class RunConfig:
     decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     train: TrainSection = field(default_factory=TrainSection)
-    # The TrainConfig settings [train] gives, as `textmill train` options in the table's order (what the
-    # trainer is started with, and part of its output's key), but for its process count, kept apart.
+    # The trainer's settings [train] gives, typed (what the trained model is keyed by: trainer_key), and the
+    # same as `textmill train` options (what the trainer is started with) but for its process count, kept apart.
+    trainer: TrainConfig | None = None
     train_options: tuple[str, ...] = ()
     nproc_per_node: int = 1
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
@@ -221,6 +222,7 @@ def read_tables(path: Path, raw: dict) -> dict:
         if name == "train":
             trainer = {k: v for k, v in given.items() if k not in own}
             config, trainer = trainer_config(trainer, path, train_iters=1)  # whether it is needed is checked later
+            values["trainer"] = config
             values["train_options"] = tuple(to_argv(TrainConfig, {k: v for k, v in trainer.items() if k != "nproc_per_node"}))
             values["nproc_per_node"] = config.nproc_per_node
     return values
@@ -233,6 +235,13 @@ def trainer_config(table: dict, path: Path, **given) -> tuple[TrainConfig, dict]
         defaults.pop("train_iters", None)
     return from_table(TrainConfig, "train", table, path.parent, skip=TRAINER_SET_BY_WORKFLOW,
                       **{k: v for k, v in defaults.items() if k not in table})
+
+
+def trainer_key(trainer: TrainConfig) -> dict:
+    """What of [train]'s trainer settings changes the model: every field the workflow does not set itself, by
+    value and defaults included, logging and intervals left out (fields marked keyed=False). The same table
+    reordered, or with a default written out, or with 3 for 3.0, gives the same key."""
+    return {k: v for k, v in key_params(trainer).items() if k not in TRAINER_SET_BY_WORKFLOW}
 
 
 def checked(path: Path, values: dict) -> RunConfig:

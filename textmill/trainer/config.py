@@ -173,11 +173,12 @@ class TrainConfig(Settings):
         "PCIe and back each step; combines with recomputation (then only the recomputed blocks' inputs move). On a "
         "CPU it changes nothing", group=PARALLEL)
     distributed_timeout_minutes: float = setting(10.0, "a collective waiting longer than this (a lost peer) fails the "
-                                                 "run instead of hanging", above=0, group=PARALLEL)
+                                                 "run instead of hanging", above=0, group=PARALLEL, keyed=False)
     # checkpoints and logging
     save: Path | None = setting(None, "checkpoint directory (Megatron layout)", group=CHECKPOINTS)
     load: Path | None = setting(None, "resume from the newest checkpoint here (none there: start fresh)", group=CHECKPOINTS)
-    save_interval: int | None = setting(None, "save every N iterations (and always at the end)", least=1, group=CHECKPOINTS)
+    save_interval: int | None = setting(None, "save every N iterations (and always at the end)", least=1,
+                                        group=CHECKPOINTS, keyed=False)
     ckpt_format: Literal["torch", "torch_dist"] | None = setting(
         None, "one file (default for one process) or torch.distributed.checkpoint shards written by every rank "
         "(default for several); either loads into any layout", group=CHECKPOINTS)
@@ -189,16 +190,18 @@ class TrainConfig(Settings):
                                         "fine-tune an imported model without repeating it in flags", group=CHECKPOINTS)
     exit_interval: int | None = setting(None, "save and stop once the iteration is a multiple of N (scheduled jobs)",
                                         least=1, group=CHECKPOINTS)
-    log_interval: int = setting(10, "log every N iterations", least=1, group=CHECKPOINTS)
-    eval_interval: int = setting(100, "validation loss every N iterations", least=1, group=CHECKPOINTS)
+    log_interval: int = setting(10, "log every N iterations", least=1, group=CHECKPOINTS, keyed=False)
+    eval_interval: int = setting(100, "validation loss every N iterations", least=1, group=CHECKPOINTS, keyed=False)
     eval_iters: int = setting(10, "global batches of the validation split per evaluation", least=0, group=CHECKPOINTS)
-    tensorboard_dir: Path | None = setting(None, "write TensorBoard scalars here", group=CHECKPOINTS)
+    tensorboard_dir: Path | None = setting(None, "write TensorBoard scalars here", group=CHECKPOINTS, keyed=False)
     wandb_project: str | None = setting(None, "log to this Weights & Biases project (needs wandb: pip install "
-                                        "'textmill[wandb]'; WANDB_MODE=offline keeps the run on disk)", group=CHECKPOINTS)
-    wandb_exp_name: str | None = setting(None, "the Weights & Biases run's name", group=CHECKPOINTS)
-    wandb_save_dir: Path | None = setting(None, "where wandb keeps its files (default: SAVE/wandb)", group=CHECKPOINTS)
+                                        "'textmill[wandb]'; WANDB_MODE=offline keeps the run on disk)",
+                                        group=CHECKPOINTS, keyed=False)
+    wandb_exp_name: str | None = setting(None, "the Weights & Biases run's name", group=CHECKPOINTS, keyed=False)
+    wandb_save_dir: Path | None = setting(None, "where wandb keeps its files (default: SAVE/wandb)", group=CHECKPOINTS,
+                                          keyed=False)
     peak_tflops: float | None = setting(None, "device peak for MFU (default: known GPUs; CPU: not reported)", above=0,
-                                        group=CHECKPOINTS)
+                                        group=CHECKPOINTS, keyed=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

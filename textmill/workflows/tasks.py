@@ -37,7 +37,7 @@ from pathlib import Path
 
 import luigi
 
-from textmill.config import RunConfig
+from textmill.config import RunConfig, trainer_key
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import file_fingerprint, local_fingerprint, read_json, read_json_record, write_json
 from textmill.io.store import exists as store_exists
@@ -1044,8 +1044,8 @@ class TrainGPT(RunTask):
     def own_key(self) -> str:
         start = self.start_from()
         imported = ImportHF(self.config).key() if self.settings.train.init_from else None
-        return key_of(MergeDataset(self.config).key(), self.settings.train_options, self.settings.nproc_per_node,
-                      start and start["key"], *([imported] if imported else []))
+        return key_of(MergeDataset(self.config).key(), trainer_key(self.settings.trainer), start and start["key"],
+                      *([imported] if imported else []))
 
     def start_from(self) -> dict | None:
         """The record (.task.json) of the model this one starts from, or None to start from scratch."""

@@ -1,11 +1,12 @@
 """Work-folder keys, computed without running a task: made of settings and file contents, never of where the
 folder lies; a changed setting changes its stage's key and those after it only; a URL list added at the end
-leaves the earlier shards' keys as they were."""
+leaves the earlier shards' keys as they were; the trained model is keyed by what [train] means, not by how
+it is written."""
 
 import shutil
 from pathlib import Path
 
-from support.runs import write_config
+from support.runs import CONFIG, write_config
 from textmill.workflows.tasks import (
     BlacklistShard,
     CleanShard,
@@ -14,6 +15,7 @@ from textmill.workflows.tasks import (
     ScrapeShard,
     Shuffle,
     TokenizeShard,
+    TrainGPT,
     TrainTokenizer,
 )
 
@@ -60,3 +62,28 @@ def test_a_url_list_added_at_the_end_keeps_the_earlier_shards_keys(tmp_path):
     four = keys(run_folder(tmp_path / "four", lists=4))
     assert changed(three, four) == ["DedupShard0", "CleanShard1", "Shuffle", "TrainTokenizer", "TokenizeShard0",
                                     "MergeDataset"]
+
+
+def trained_key(root: Path, *train_lines: str) -> str:
+    """The trained model's key for a run whose [train] table holds `train_lines`, in that order."""
+    config = Path(run_folder(root, train="true"))
+    corpus, _, rest = config.read_text().partition("[train]\n")
+    config.write_text(corpus + "[train]\n" + "\n".join(train_lines) + "\n[evaluate]" + rest.partition("[evaluate]")[2])
+    return TrainGPT(str(config)).key()
+
+
+TRAIN = ['enabled = true', 'model_preset = "tiny"', "seq_length = 64", "micro_batch_size = 4", "global_batch_size = 8",
+         "train_iters = 20", "lr = 0.003", "eval_iters = 2", 'split = "90,10,0"']
+
+
+def test_the_same_train_table_written_otherwise_keys_the_same_model(tmp_path):
+    assert "[train]\nenabled = {train}" in CONFIG  # the table trained_key replaces
+    base = trained_key(tmp_path / "base", *TRAIN)
+    assert trained_key(tmp_path / "reordered", *reversed(TRAIN)) == base
+    assert trained_key(tmp_path / "defaults", *TRAIN, 'lr_decay_style = "cosine"', "seed = 1234", "min_lr = 0.0") == base
+    assert trained_key(tmp_path / "int-for-float", *TRAIN, "min_lr = 0") == base
+    assert trained_key(tmp_path / "logging", *TRAIN, "log_interval = 1", "eval_interval = 5", "save_interval = 10") == base
+    # What changes the model changes the key: a model field, the schedule, the process count.
+    assert trained_key(tmp_path / "dropout", *TRAIN, "hidden_dropout = 0.0") != base
+    assert trained_key(tmp_path / "longer", *TRAIN[:5], "train_iters = 30", *TRAIN[6:]) != base
+    assert trained_key(tmp_path / "processes", *TRAIN, "nproc_per_node = 2") != base
