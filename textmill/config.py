@@ -141,10 +141,9 @@ class RunConfig:
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     train: TrainSection = field(default_factory=TrainSection)
     # The trainer's settings [train] gives, typed (what the trained model is keyed by: trainer_key), and the
-    # same as `textmill train` options (what the trainer is started with) but for its process count, kept apart.
+    # same as `textmill train` options (what the trainer is started with) but for its process count.
     trainer: TrainConfig | None = None
     train_options: tuple[str, ...] = ()
-    nproc_per_node: int = 1
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     export: ExportSection = field(default_factory=ExportSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
@@ -224,7 +223,6 @@ def read_tables(path: Path, raw: dict) -> dict:
             config, trainer = trainer_config(trainer, path, train_iters=1)  # whether it is needed is checked later
             values["trainer"] = config
             values["train_options"] = tuple(to_argv(TrainConfig, {k: v for k, v in trainer.items() if k != "nproc_per_node"}))
-            values["nproc_per_node"] = config.nproc_per_node
     return values
 
 

@@ -1,9 +1,11 @@
-"""The committed test data (tests/data, see its SOURCES.md) and small file writers."""
+"""Where the repository and the committed test data (tests/data, see its SOURCES.md) are, and small file writers."""
 
 import json
 from pathlib import Path
 
-TEST_DATA = Path(__file__).resolve().parents[1] / "data"
+TESTS = Path(__file__).resolve().parents[1]
+REPOSITORY = TESTS.parent
+TEST_DATA = TESTS / "data"
 VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
 
 

@@ -4,8 +4,9 @@ every import of a textmill module, at the top of a file or inside a function, co
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "textmill"
+from support.files import REPOSITORY
 
+ROOT = REPOSITORY / "textmill"
 
 # Lowest first: a room may import its own modules and those of the rooms before it, never one after it.
 LAYERS = [

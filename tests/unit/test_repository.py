@@ -1,13 +1,14 @@
 """A clone runs on its own: nothing outside the repository is read, and the reference notes the code cites exist."""
 
 import re
-from pathlib import Path
+
+from support.files import REPOSITORY
 
 
 def test_the_repository_is_self_contained():
     """Tests and benchmarks read nothing outside the repository, and every reference note the code cites
     is in docs/REFERENCE.md."""
-    root = Path(__file__).resolve().parents[2]
+    root = REPOSITORY
     code = [p for d in ("tests", "benchmarks", "textmill") for p in (root / d).rglob("*.py")]
     # The steering folder beside a developer's checkout, by path or by name (spelt in two parts so that this
     # file does not match itself); a user's clone has no such folder.

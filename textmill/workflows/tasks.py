@@ -1085,7 +1085,7 @@ class TrainGPT(RunTask):
             load = [*load, "--use-checkpoint-args"] if begun else \
                 ["--load", str(fetch_tree(ImportHF(self.config).checkpoints())), "--finetune", "--use-checkpoint-args"]
         command = [sys.executable, "-m", "textmill.cli", "train", *dataset, "--save", str(self.checkpoints()), *load,
-                   "--nproc-per-node", str(self.settings.nproc_per_node), *self.settings.train_options]
+                   "--nproc-per-node", str(self.settings.trainer.nproc_per_node), *self.settings.train_options]
         self.folder().mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         cause = ""  # the first error line of the trainer (of any of its processes under torchrun)
