@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli
 from support.files import write_jsonl
 from support.runs import dataset_bytes, make_run
 from textmill.demo import synthweb
@@ -67,13 +68,9 @@ def s3_config(root: Path, bucket: str, train: bool = False) -> Path:
     return config
 
 
-def textmill(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, timeout=900)
-
-
 def test_a_bad_storage_table_is_one_error(tmp_path):
     (tmp_path / "run.toml").write_text('[storage]\ns3 = "http://x"\n')
-    r = textmill("run", str(tmp_path / "run.toml"))
+    r = run_cli("run", str(tmp_path / "run.toml"))
     assert r.returncode == 2 and "[storage] holds one table per protocol" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
@@ -107,7 +104,7 @@ def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_c
     config = make_run(tmp_path / "remote", site, train="true")
     upload_inputs(s3, tmp_path / "remote", "e2e")
     config = s3_config(tmp_path / "remote", "e2e")
-    r = textmill("run", str(config), "--workers", "2")
+    r = run_cli("run", str(config), "--workers", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "trained 4 iterations" in r.stdout and "eval.jsonl: accuracy" in r.stdout
     merged = MergeDataset(str(config))
@@ -129,8 +126,8 @@ def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_c
     before = stage_objects(s3, "e2e")
     os.environ["TEXTMILL_CACHE"], cache = str(tmp_path / "other-cache"), os.environ["TEXTMILL_CACHE"]
     try:
-        again = textmill("run", str(config))
-        status = textmill("status", str(config))
+        again = run_cli("run", str(config))
+        status = run_cli("status", str(config))
     finally:
         os.environ["TEXTMILL_CACHE"] = cache
     assert again.returncode == 0 and "textmill run: done:" in again.stdout, again.stderr[-2000:]
@@ -169,8 +166,7 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}
     assert any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
 
-    r = subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], env=env, capture_output=True,
-                       text=True, timeout=900)
+    r = run_cli("run", str(config), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     merged = MergeDataset(str(config))
     assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files()) == dataset_bytes(local)
@@ -200,9 +196,9 @@ def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_d
     s3.mkdir("command")
     for name in ("a.jsonl", "b.jsonl"):
         s3.put_file(str(tmp_path / "docs" / name), f"command/docs/{name}")
-    local = textmill("dedup", str(tmp_path / "docs"), "-o", str(tmp_path / "dedup"))
+    local = run_cli("dedup", str(tmp_path / "docs"), "-o", str(tmp_path / "dedup"))
     assert local.returncode == 0, local.stderr[-3000:]
-    r = textmill("dedup", "s3://command/docs", "-o", "s3://command/dedup", "--workers", "2")
+    r = run_cli("dedup", "s3://command/docs", "-o", "s3://command/dedup", "--workers", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "-> s3://command/dedup" in r.stdout
     for name in ("a.parquet", "b.parquet", ".rejects/a.parquet", ".clusters.json"):
@@ -210,8 +206,7 @@ def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_d
     written = {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")}
     assert any("/.textmill/3-minhash/" in p for p in written) and any("/.textmill/keys/" in p for p in written)
 
-    again = subprocess.run([sys.executable, "-m", "textmill.cli", "dedup", "s3://command/docs", "-o", "s3://command/dedup"],
-                           capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "TEXTMILL_CACHE": str(tmp_path / "other-machine")})
+    again = run_cli("dedup", "s3://command/docs", "-o", "s3://command/dedup",
+                    env={**os.environ, "TEXTMILL_CACHE": str(tmp_path / "other-machine")})
     assert again.returncode == 0 and "textmill dedup: " not in again.stderr  # no step ran again
     assert {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")} == written

@@ -357,19 +357,17 @@ exit 2
     (bin_dir / "crontab").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, env=env)
-
-    assert cli("schedule", str(config), "--install").returncode == 0
+    assert run_cli("schedule", str(config), "--install", env=env).returncode == 0
     table.write_text("0 1 * * * echo someone else's job\n" + table.read_text())
-    assert cli("schedule", str(config), "--install", "--at", "05:00").returncode == 0  # replaces its own line only
+    # Installing again replaces its own line only.
+    assert run_cli("schedule", str(config), "--install", "--at", "05:00", env=env).returncode == 0
     lines = table.read_text().splitlines()
     assert lines[0] == "0 1 * * * echo someone else's job"
     assert len(lines) == 2 and lines[1].startswith("0 5 * * * ") and lines[1].endswith(str(config))
-    removed = cli("schedule", str(config), "--remove")
+    removed = run_cli("schedule", str(config), "--remove", env=env)
     assert removed.returncode == 0 and "removed 1 crontab line" in removed.stdout
     assert table.read_text().splitlines() == ["0 1 * * * echo someone else's job"]
-    bad = cli("schedule", str(config), "--at", "25:00")
+    bad = run_cli("schedule", str(config), "--at", "25:00", env=env)
     assert bad.returncode == 2 and bad.stderr.strip() == "textmill: error: [schedule] at: '25:00' is not a time of day HH:MM"
 
 

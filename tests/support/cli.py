@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 
-def run_cli(*args: str, cwd=None, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True, cwd=cwd,
+def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`textmill ARGS...` with this environment (or `env`), its output captured."""
+    return subprocess.run([sys.executable, "-m", "textmill.cli", *args], capture_output=True, text=True,
                           env={**(env or os.environ), "PYTHONUNBUFFERED": "1"}, timeout=timeout)
