@@ -50,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from textmill.pipeline.clean import detect_language
-    from textmill.pipeline.config import CleanConfig
+    from textmill.pipeline.stage_configs import CleanConfig
 
     sets = documents(args.lambada, args.eval_dir)
     print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}\n")

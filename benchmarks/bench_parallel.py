@@ -45,8 +45,8 @@ def current_rss_bytes() -> int:
 
 def worker(out: Path, settings: dict, steps: int) -> None:
     """One rank: build the trainer, train `steps` iterations, report memory and time."""
-    from textmill.trainer.config import TrainConfig
     from textmill.trainer.train import training_session
+    from textmill.trainer.train_config import TrainConfig
 
     settings["data_path"] = tuple(settings["data_path"])
     config = TrainConfig(**settings, train_iters=steps, eval_iters=0, eval_interval=10**9, log_interval=10**9,

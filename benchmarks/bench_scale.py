@@ -58,7 +58,7 @@ def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool, start_at
     """URL list files, the run file, and the output shards of the stage before `start_at` (scrape's, or
     clean's to start at the shuffle) holding the synthetic documents."""
     from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
-    from textmill.workflows.tasks import CleanShard, ScrapeShard
+    from textmill.workflows import CleanShard, ScrapeShard
 
     written_by = {"dedup": ScrapeShard, "shuffle": CleanShard}[start_at]
 
@@ -92,7 +92,7 @@ def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool, start_at
             if len(made) < 20000:
                 made.append(text)
             rows.append({"id": f"{s}-{i}", "url": f"https://example.org/{s}/{i}", "text": text})
-        output = written_by(str(config), s).shard_file()
+        output = written_by(str(config), s).output().shard
         with ShardOutput(written_by.stage, output, DOC_SCHEMA, [], {}) as stage:
             for row in rows:
                 stage.keep(row)
@@ -117,9 +117,11 @@ def mark_start(task) -> None:
 
 def stage_targets(config: Path, bpe: bool) -> list[tuple[str, list]]:
     """The stages in graph order, each as the tasks that finish it."""
-    from textmill.workflows import tasks as t
+    from textmill import workflows as t
+    from textmill.workflows.framework import num_shards
+    from textmill.workflows.memos import run_config
 
-    n = t.num_shards(t.run_config(str(config)))
+    n = num_shards(run_config(str(config)))
     stages = [("dedup", [t.DedupShard(str(config), i) for i in range(n)]),
               ("clean", [t.CleanShard(str(config), i) for i in range(n)]),
               ("shuffle", [t.Shuffle(str(config))]), ("decontaminate", [t.Decontaminate(str(config))])]
@@ -132,8 +134,8 @@ def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | No
     peak RSS and how many tasks it ran."""
     import luigi
 
+    from textmill.workflows.framework import RunTask
     from textmill.workflows.runner import Schedulers, configure_luigi
-    from textmill.workflows.tasks import RunTask
 
     configure_luigi()
     luigi.configuration.get_config().set("worker", "force_multiprocessing", "true")

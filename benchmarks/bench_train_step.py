@@ -23,12 +23,11 @@ import time
 from datetime import date
 
 import torch
-
 import torch.nn.functional as F
 
-from textmill.trainer.config import GPTConfig
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import make_optimizer
+from textmill.trainer.train_config import GPTConfig
 
 
 def textmill_step(model, tokens):

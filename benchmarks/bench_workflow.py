@@ -50,15 +50,17 @@ def walk(config: Path) -> tuple[int, float]:
 
 def blacklist_steps(config: Path) -> float:
     """The blacklist of every URL file in one process: each check, each partition's duplicates, each shard."""
-    from textmill.workflows import memos, tasks as t
+    from textmill import workflows as t
+    from textmill.workflows.framework import num_shards
+    from textmill.workflows.memos import run_config
 
-    settings = memos.run_config(str(config))
-    n = t.num_shards(settings)
+    settings = run_config(str(config))
+    n = num_shards(settings)
     started = time.perf_counter()
     for task in ([t.BlacklistCheck(str(config), i) for i in range(n)]
                  + [t.BlacklistDuplicates(str(config), p) for p in range(settings.blacklist.duplicate_partitions)]
                  + [t.BlacklistShard(str(config), i) for i in range(n)]):
-        task.run()
+        list(task.run())  # run() is a generator (it may yield requirements known late): drain it
     return time.perf_counter() - started
 
 

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from textmill.config import ScheduleSection, load_config
 from textmill.errors import TextmillError
+from textmill.run_file import ScheduleSection, load_config
 
 MARK = "# textmill schedule "
 

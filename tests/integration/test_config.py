@@ -1,7 +1,7 @@
 """The run's TOML file through `textmill run`: the documented example is the defaults, and a bad file stops before any work."""
 
 from support.cli import run_cli
-from textmill.config import RunConfig, example_config, load_config
+from textmill.run_file import RunConfig, example_config, load_config
 
 
 def test_the_documented_example_is_the_defaults(tmp_path):
@@ -14,7 +14,7 @@ def test_the_documented_example_is_the_defaults(tmp_path):
                     "schedule"):
         assert getattr(settings, section) == getattr(defaults, section), section
     assert settings.run.work_dir == tmp_path / "work" and settings.run.results_runs == defaults.run.results_runs
-    assert settings.train.resume == "fresh" and "--train-iters" in settings.train_options
+    assert settings.train.resume == "fresh" and settings.trainer.train_iters == 300
     assert settings.schedule.hour_minute() == (3, 0)
 
 

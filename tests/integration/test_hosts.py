@@ -92,9 +92,9 @@ with synthweb.serve(web, host=sys.argv[1], port=8000) as server:
 SHOW_TOKENS = """
 import sys
 from textmill.io.store import fetch
-from textmill.workflows.tasks import MergeDataset
+from textmill.workflows import MergeDataset
 merged = MergeDataset(sys.argv[1])
-sys.stdout.buffer.write(b"".join(fetch(p).read_bytes() for p in merged.token_files()))
+sys.stdout.buffer.write(b"".join(fetch(p).read_bytes() for p in merged.output().token_files()))
 """
 
 

@@ -12,8 +12,8 @@ from support.cli import run_cli
 from support.files import write_jsonl
 from support.quality_pages import CASES, GOOD, real_documents
 from support.runs import copy_run
-from textmill.pipeline.config import QualityConfig
 from textmill.pipeline.quality import judge
+from textmill.pipeline.stage_configs import QualityConfig
 
 
 def near_the_thresholds(documents: list[dict], seed: int = 0) -> list[dict]:

@@ -13,8 +13,8 @@ import pytest
 
 from support.cli import run_cli
 from support.runs import copy_run, dataset_bytes, make_run
+from textmill.workflows import BlacklistShard, Shuffle
 from textmill.workflows.runner import work_lock
-from textmill.workflows.tasks import BlacklistShard, Shuffle
 
 
 def no_traceback(r):
@@ -31,8 +31,8 @@ def test_damaged_records_are_reported_ignored_and_rebuilt(tmp_path, finished_run
     expected = dataset_bytes(config)
     work = tmp_path / "work"
     timing = next(p for p in sorted((work / ".textmill" / "times").iterdir()) if p.name.startswith("CleanShard"))
-    manifest = BlacklistShard(str(config), 0).done_file()
-    task_file = Shuffle(str(config)).done_file()
+    manifest = BlacklistShard(str(config), 0).output().done
+    task_file = Shuffle(str(config)).output().done
     [run_record] = (work / "runs").glob("*/run.json")
     for path in (timing, manifest, task_file, run_record):
         cut_in_half(path)

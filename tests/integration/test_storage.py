@@ -20,7 +20,7 @@ from support.files import write_jsonl
 from support.runs import dataset_bytes, make_run
 from textmill.demo import synthweb
 from textmill.io import store
-from textmill.workflows.tasks import MergeDataset
+from textmill.workflows import MergeDataset
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +108,13 @@ def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_c
     assert r.returncode == 0, r.stderr[-3000:]
     assert "trained 4 iterations" in r.stdout and "eval.jsonl: accuracy" in r.stdout
     merged = MergeDataset(str(config))
-    assert store.url_of(merged.dataset()) == f"s3://e2e/work/9-dataset/{merged.key()}/corpus_text_document"
+    assert store.url_of(merged.output().prefix) == f"s3://e2e/work/9-dataset/{merged.key()}/corpus_text_document"
     # The token files in the bucket are the local run's, byte for byte.
-    remote = b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files())
+    remote = b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.output().token_files())
     assert remote == dataset_bytes(local)
-    done = json.loads(s3.cat(store.url_of(merged.done_file())[5:]))
+    done = json.loads(s3.cat(store.url_of(merged.output().done)[5:]))
     assert {name: f["bytes"] for name, f in done["files"].items()} == \
-        {p.name: p.stat().st_size for p in merged.token_files()}
+        {p.name: p.stat().st_size for p in merged.output().token_files()}
     # Everything a later reader needs is in the bucket: checkpoints, the export, the run's record and report.
     for stage in ("10-train", "11-evaluate", "12-export", "runs"):
         assert s3.find(f"e2e/work/{stage}"), stage
@@ -169,7 +169,7 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     r = run_cli("run", str(config), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     merged = MergeDataset(str(config))
-    assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.token_files()) == dataset_bytes(local)
+    assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.output().token_files()) == dataset_bytes(local)
 
 
 def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):
@@ -181,11 +181,11 @@ def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):
     pq.write_table(pa.table({"x": list(range(100_000))}), local, row_group_size=10_000)
     s3.put_file(str(local), "ranged/groups.parquet")
     path = store.local_path("s3://ranged/groups.parquet")
-    with store.readable(path) as source:
+    with store.open_ranged(path) as source:
         assert pq.ParquetFile(source).read_row_group(3)["x"].to_pylist() == list(range(30_000, 40_000))
     assert not path.exists()  # read in place, not downloaded
     store.fetch(path)
-    with store.readable(path) as source:
+    with store.open_ranged(path) as source:
         assert source == path  # the local copy, now current
 
 

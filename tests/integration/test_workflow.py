@@ -17,14 +17,14 @@ from support.files import TEST_DATA
 from support.hf_models import write_hf_gptj, write_hf_llama
 from support.runs import PER_URL_FILE, STAGES, copy_run, dataset_bytes, folders, make_run, stage_files, write_config
 from textmill.megatron.indexed import IndexedDataset
+from textmill.workflows import MergeDataset, ScrapeShard
 from textmill.workflows.runner import run_workflow
-from textmill.workflows.tasks import MergeDataset, ScrapeShard
 
 
 def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finished_run):
     assert "textmill run: done:" in finished_run.output.stdout
     config = copy_run(finished_run.root, tmp_path)
-    dataset = IndexedDataset(MergeDataset(str(config)).dataset())
+    dataset = IndexedDataset(MergeDataset(str(config)).output().prefix)
     assert dataset.num_documents > 20
     [decontaminated] = (tmp_path / "work" / "6-decontaminate").glob("*/.task.json")
     assert json.loads(decontaminated.read_text())["documents_touched"] >= 1
@@ -39,7 +39,7 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finish
     assert f"report: {runs[1] / 'report.html'}" in again.stdout
     table = (tmp_path / "work" / "results.md").read_text().splitlines()
     assert [line.split(" | ")[0].lstrip("| ") for line in table[-2:]] == [r.name for r in runs]
-    documents = IndexedDataset(MergeDataset(str(config)).dataset()).num_documents
+    documents = IndexedDataset(MergeDataset(str(config)).output().prefix).num_documents
     assert all("| done | " in line and f"| {documents} |" in line for line in table[-2:])
     report = (tmp_path / "work" / "report.html").read_text()
     assert report == (runs[1] / "report.html").read_text()
@@ -113,7 +113,7 @@ def test_with_num_shards_0_the_shuffle_sizes_its_shards_by_target_shard_mb(tmp_p
     assert len(list(shuffled.glob(".manifests/part-*.json"))) == plan["num_shards"]
     assert len(list(decontaminated.glob(".counts/*.counts.json"))) == plan["num_shards"]
     assert len(list(tokenized.glob("part-*.manifest.json"))) == plan["num_shards"]
-    assert IndexedDataset(MergeDataset(str(config)).dataset()).num_documents > 20
+    assert IndexedDataset(MergeDataset(str(config)).output().prefix).num_documents > 20
     before = stage_files(work)
     assert run_cli("run", str(config)).returncode == 0 and stage_files(work) == before
 
@@ -140,11 +140,11 @@ def test_a_changed_setting_reruns_its_stage_and_everything_after_it_only(tmp_pat
 def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tmp_path, site, finished_run):
     config = make_run(tmp_path / "broken", site)
     # A failure in scrape shard 1: something in the way of its output (a folder where the file goes).
-    blocked = ScrapeShard(str(config), 1).shard_file()
+    blocked = ScrapeShard(str(config), 1).output().shard
     blocked.mkdir(parents=True)
     (blocked / "in-the-way").write_text("x")
     # A kill in the middle of scrape shard 2: as soon as it has fetched a page.
-    victim = ScrapeShard(str(config), 2).shard_file()
+    victim = ScrapeShard(str(config), 2).output().shard
     journal = victim.with_name(f".{victim.stem}.journal.jsonl")
     proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -171,11 +171,11 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     assert re.search(r"^pending +MergeDataset\(\)", status.stdout, re.M) and "1 failed" in status.stdout
     shutil.rmtree(blocked)
 
-    done_before = {t: ScrapeShard(str(config), t).done_file().stat().st_mtime_ns for t in (0, 2)}
+    done_before = {t: ScrapeShard(str(config), t).output().done.stat().st_mtime_ns for t in (0, 2)}
     ok, summary, *_ = run_workflow(config)
     assert ok, summary
     for t, stamp in done_before.items():  # finished shards were not redone
-        assert ScrapeShard(str(config), t).done_file().stat().st_mtime_ns == stamp
+        assert ScrapeShard(str(config), t).output().done.stat().st_mtime_ns == stamp
     assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")
     assert not failure.exists()  # the shard's success cleared its failure record
 

@@ -87,7 +87,7 @@ def folders(work: Path) -> dict[str, set[str]]:
 
 
 def dataset_bytes(config: Path) -> bytes:
-    from textmill.workflows.tasks import MergeDataset
+    from textmill.workflows import MergeDataset
 
-    prefix = MergeDataset(str(config)).dataset()
+    prefix = MergeDataset(str(config)).output().prefix
     return Path(f"{prefix}.bin").read_bytes() + Path(f"{prefix}.idx").read_bytes()

@@ -30,7 +30,7 @@ def shuffle_inputs(tmp_path: Path) -> list[Path]:
 
 def shuffle_shards(inputs, output, num_shards, seed):
     """`textmill shuffle` as its tasks run it; the output shards' manifests."""
-    from textmill.pipeline.config import ShuffleConfig
+    from textmill.pipeline.stage_configs import ShuffleConfig
     from textmill.workflows.commands import run_stage
 
     return run_stage("shuffle", inputs, output, {"shuffle": ShuffleConfig(num_shards=num_shards, seed=seed)}).manifests

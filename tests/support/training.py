@@ -11,7 +11,7 @@ PARALLEL = dict(micro_batch_size=2, global_batch_size=8, hidden_dropout=0.0, att
 
 def train_config(corpus, **settings):
     """A small, quick TrainConfig on the corpus; `settings` replace or add to its values."""
-    from textmill.trainer.config import TrainConfig
+    from textmill.trainer.train_config import TrainConfig
 
     return TrainConfig(**{**dict(
         data_path=(str(corpus["prefix"]),), vocab_file=Path(corpus["vocab"]), merge_file=Path(corpus["merges"]),

@@ -16,7 +16,7 @@ LAYERS = [
     {"pipeline"},
     {"trainer"},
     {"inference", "evaluate", "interop"},
-    {"config", "report"},
+    {"run_file", "report"},
     {"workflows", "schedule"},
     {"demo"},
     {"cli"},
@@ -101,3 +101,23 @@ def test_luigi_only_in_the_workflow_room_and_io_imports_nothing_of_textmill():
             assert room(module) == "workflows", module
         if room(module) == "io":
             assert not {m for m in imports_of(path, known) if room(m) not in ("io", "errors")}, module
+
+
+# Inside workflows/, by role, lowest first (docs/ARCHITECTURE.md, "The workflow layer").
+WORKFLOW_MODULES = ["memos", "targets", "framework", "corpus_tasks", "shuffle_tasks", "token_tasks", "model_tasks",
+                    "runner", "commands", "__init__"]
+
+
+def test_workflow_modules_import_only_those_below_them():
+    known = modules()
+    placed = {f"textmill.workflows.{name}" if name != "__init__" else "textmill.workflows": i
+              for i, name in enumerate(WORKFLOW_MODULES)}
+    assert set(placed) == {m for m in known if room(m) == "workflows"}
+    wrong = [f"{module} imports {imported}" for module in placed for imported in imports_of(known[module], known)
+             if imported in placed and placed[imported] > placed[module]]
+    assert wrong == []
+
+
+def test_no_workflow_module_is_over_450_lines():
+    long = {path.name: n for path in (ROOT / "workflows").glob("*.py") if (n := len(path.read_text().splitlines())) > 450}
+    assert long == {}

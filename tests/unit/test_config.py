@@ -2,8 +2,8 @@
 
 import pytest
 
-from textmill.config import load_config
 from textmill.errors import TextmillError
+from textmill.run_file import load_config
 
 
 @pytest.mark.parametrize("text, error", [

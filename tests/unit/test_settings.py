@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from textmill.cli import build_parser
-from textmill.config import TABLES, TRAINER_SET_BY_WORKFLOW, example_config, load_config
 from textmill.errors import TextmillError
-from textmill.pipeline.config import DecontaminateConfig, DedupConfig, ScrapeConfig
+from textmill.pipeline.stage_configs import DecontaminateConfig, DedupConfig, ScrapeConfig
+from textmill.run_file import TABLES, TRAINER_SET_BY_WORKFLOW, example_config, load_config
 from textmill.settings import from_namespace, kind_of, table_value
-from textmill.trainer.config import TrainConfig
+from textmill.trainer.train_config import TrainConfig
 
 # The command whose options each settings dataclass gives, and what that command needs besides.
 COMMANDS = {

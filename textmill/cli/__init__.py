@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 
@@ -54,9 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    args.argv = argv[1:]  # the command's own arguments, for commands that relaunch themselves (train)
+    args.argv = argv[1:]  # the command's own arguments, for commands that relaunch themselves (checkpoint convert)
+    return guarded(lambda: args.func(args))
+
+
+def guarded(command: Callable[[], str | None]) -> int:
+    """Run a command and print its summary; its exit status. A user's error is one `textmill: error:` line
+    (exit 2; a failed run, 1), never a traceback."""
     try:
-        summary = args.func(args)
+        summary = command()
         if summary:
             print(summary)
     except TextmillError as exc:
@@ -72,4 +79,3 @@ def main(argv: list[str] | None = None) -> int:
         print("textmill: interrupted; finished shards are kept, unfinished ones will be redone", file=sys.stderr)
         return 130
     return 0
-

@@ -10,8 +10,15 @@ from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
 from textmill.errors import TextmillError
-from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig,
-                                      ScrapeConfig, ShuffleConfig)
+from textmill.pipeline.stage_configs import (
+    BlacklistConfig,
+    CleanConfig,
+    DecontaminateConfig,
+    DedupConfig,
+    QualityConfig,
+    ScrapeConfig,
+    ShuffleConfig,
+)
 from textmill.settings import add_arguments, from_namespace
 
 
@@ -53,7 +60,7 @@ def cmd_dedup(args) -> str:
 
 
 def cmd_clean(args) -> str:
-    from textmill.tokenizers.config import TokenizeConfig
+    from textmill.tokenizers.tokenize_config import TokenizeConfig
 
     if (args.vocab_file is None) != (args.merge_file is None):
         raise TextmillError("--vocab-file and --merge-file go together")
@@ -86,7 +93,7 @@ def cmd_decontaminate(args) -> str:
 
 
 def add_parsers(sub) -> None:
-    """One command per stage; its options are the fields of the stage's config (textmill.pipeline.config)."""
+    """One command per stage; its options are the fields of the stage's config (textmill.pipeline.stage_configs)."""
 
     def stage(name: str, help: str, inputs_help: str, config: type, **options) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=ArgumentDefaults)

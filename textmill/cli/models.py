@@ -7,15 +7,19 @@ from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
 from textmill.settings import add_arguments, from_namespace
-from textmill.trainer.config import TrainConfig
+from textmill.trainer.train_config import TrainConfig
 
 
 def cmd_train(args) -> str:
+    return train(from_namespace(TrainConfig, args))
+
+
+def train(config: TrainConfig) -> str:
+    """Train as `config` says; the summary line (on the rank that writes; "" on the others)."""
     from textmill.report.lines import train_line
     from textmill.trainer.train import run
 
     timer = Timer()
-    config = from_namespace(TrainConfig, args)
     result = run(config)
     return train_line(result, config.save, timer.seconds) if result else ""
 

@@ -7,7 +7,6 @@ import argparse
 import time
 from pathlib import Path
 
-
 ArgumentDefaults = argparse.ArgumentDefaultsHelpFormatter
 
 

@@ -10,9 +10,9 @@ from textmill.errors import TextmillError
 
 
 def cmd_run(args) -> str:
-    from textmill.config import example_config, load_config
     from textmill.report.lines import failed_run_lines
     from textmill.report.results import run_lines
+    from textmill.run_file import example_config, load_config
     from textmill.workflows.runner import run_workflow
 
     if args.example_config:
@@ -53,7 +53,7 @@ second one refuses at once.
 def cmd_status(args) -> str:
     from collections import Counter
 
-    from textmill.config import load_config
+    from textmill.run_file import load_config
     from textmill.workflows.runner import task_states
 
     load_config(args.config)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer
 from textmill.settings import add_arguments, from_namespace
-from textmill.tokenizers.config import TokenizeConfig
+from textmill.tokenizers.tokenize_config import TokenizeConfig
 
 
 def cmd_tokenize(args) -> str:

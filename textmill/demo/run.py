@@ -140,8 +140,8 @@ def serve_web(web, port: int):
 
 
 def sample(checkpoints: Path, prompt: str) -> str:
-    from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
     from textmill.inference.generate import SamplingParams, TokenText, generate
+    from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 
     model, ckpt = load_model(checkpoints)
     tokenizer = checkpoint_tokenizer(checkpoints, ckpt.meta)

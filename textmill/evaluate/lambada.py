@@ -34,7 +34,7 @@ class Cloze:
 
 def read_clozes(path: Path, tokenizer, strict: bool) -> list[Cloze]:
     """One cloze per line of a LAMBADA JSON-lines file ({"text": ...}); any other line is an error."""
-    from textmill.io.files import iter_json_lines, JSON_LINE_REASONS
+    from textmill.io.files import JSON_LINE_REASONS, iter_json_lines
 
     clozes = []
     try:

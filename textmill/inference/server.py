@@ -30,8 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textmill.inference.requests import (BadRequest, Limits, parse_api_request, parse_completion_request,
-                                         refuse_constant)
+from textmill.inference.requests import BadRequest, Limits, parse_api_request, parse_completion_request, refuse_constant
 from textmill.io.files import has_lone_surrogate
 
 MAX_BODY_BYTES = 1 << 20

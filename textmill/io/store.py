@@ -130,7 +130,7 @@ def fetch(path: Path) -> Path:
 
 
 @contextmanager
-def readable(path: Path) -> Iterator[Path | BinaryIO]:
+def open_ranged(path: Path) -> Iterator[Path | BinaryIO]:
     """A file to read part of (a Parquet row group): the local copy when it is the store's current one,
     else the object opened for ranged reads, so only the parts read are downloaded."""
     url = url_of(path)

@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 import tldextract
 
 from textmill.errors import TextmillError
-from textmill.pipeline.config import BlacklistConfig
 from textmill.io.files import atomic_path, read_json_record, write_json
-from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, shard_name, write_table
+from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, safe_shard_name, write_table
+from textmill.pipeline.stage_configs import BlacklistConfig
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
 _TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -164,7 +164,7 @@ def url_list_shard_name(path: Path) -> str:
             name = name[: -len(suffix)]
     if name.lower().endswith(".txt"):
         name = name[:-4]
-    return shard_name(name)
+    return safe_shard_name(name)
 
 
 def checked_record(checked: Path) -> Path:

@@ -22,8 +22,8 @@ from langdetect import DetectorFactory, LangDetectException, detect
 
 from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint
-from textmill.pipeline.config import CleanConfig
 from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.stage_configs import CleanConfig
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-
 from textmill.errors import TextmillError
 from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_record, write_json
-from textmill.pipeline.config import DecontaminateConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.stage_configs import DecontaminateConfig
 
 _WORD = re.compile(r"\w+")
 

@@ -46,12 +46,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, write_json
+from textmill.io.files import atomic_path, file_fingerprint, read_json, write_json
 from textmill.io.progress import progress
-from textmill.pipeline.config import DedupConfig
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import write_table
 from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.stage_configs import DedupConfig
 
 _WORD = re.compile(r"\w+")
 _HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
@@ -311,14 +311,16 @@ def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
     write_json({**clusters, "params": cfg.params()}, path)
 
 
-def filter_shard(shard: Path, output: Path, duplicates: dict[str, str], exact: set[str], cfg: DedupConfig,
-                 inputs: list[Path]) -> dict:
-    """Keep the documents of `shard` that are not duplicates of an earlier one (`exact`: those whose words
-    are their keeper's)."""
+def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Path) -> dict:
+    """Keep the documents of `shard` that are not duplicates of an earlier one, as the clusters record
+    (write_clusters) names them (`exact`: those whose words are their keeper's)."""
+    clusters = read_json(clusters_file)
+    duplicates, exact = clusters["duplicates"], set(clusters.get("exact", ()))
+
     def decide(row: dict) -> Verdict:
         keeper = duplicates.get(row["id"])
         if keeper is None:
             return row, None
         return row, f"{'exact' if row['id'] in exact else 'near'}_duplicate_of={keeper}"
 
-    return filter_documents("dedup", shard, output, cfg.params(), decide, inputs)
+    return filter_documents("dedup", shard, output, cfg.params(), decide, [shard])

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import regex
 
-from textmill.pipeline.config import QualityConfig
 from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.stage_configs import QualityConfig
 from textmill.pipeline.words import count_sentences, split_words
 
 STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))  # Gopher's

@@ -50,9 +50,17 @@ from yarl import URL
 from textmill.errors import TextmillError
 from textmill.io.progress import progress
 from textmill.pipeline.charset import decode_html
-from textmill.pipeline.config import ScrapeConfig
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
-from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, ShardWriter, read_rows, readable, rejects_path, sidecar_path
+from textmill.pipeline.shards import (
+    DOC_SCHEMA,
+    ShardOutput,
+    ShardWriter,
+    earlier_or_current,
+    read_rows,
+    rejects_path,
+    sidecar_path,
+)
+from textmill.pipeline.stage_configs import ScrapeConfig
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -149,8 +157,8 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
     return Fetched(current, reason="too_many_redirects")
 
 
-async def fetch(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
-                html_only: bool = True) -> Fetched:
+async def http_get(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
+                  html_only: bool = True) -> Fetched:
     """Fetch one URL within `cfg.timeout_s` of wall-clock time, whatever the server does."""
     try:
         async with asyncio.timeout(cfg.timeout_s):
@@ -200,7 +208,7 @@ class Hosts:
 
     async def _rules(self, origin: str) -> RobotFileParser | None:
         async with self.slot(origin):
-            got = await fetch(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
+            got = await http_get(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
         if got.reason is not None or got.body is None:
             return None
         rules = RobotFileParser()
@@ -215,7 +223,7 @@ class Hosts:
         rng = random.Random(url)
         for attempt in range(self.cfg.retries + 1):
             async with self.slot(url):
-                got = await fetch(self.session, self.resolver, url, self.cfg)
+                got = await http_get(self.session, self.resolver, url, self.cfg)
             if got.reason not in TRANSIENT or attempt == self.cfg.retries:
                 return got, attempt + 1
             wait = got.retry_after
@@ -392,13 +400,13 @@ def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:
     """The pages of a scraped shard extracted again by `cfg.extractor` from the HTML the scrape kept
     (keep_html), fetching nothing, into the document shard `output`: a page whose HTML was kept is kept or
     rejected by the new extraction; one without (its fetch failed) keeps its reject reason."""
-    html_file = readable(sidecar_path(scraped, "html"))
+    html_file = earlier_or_current(sidecar_path(scraped, "html"))
     if not html_file.exists():
         raise TextmillError(f"{scraped} has no kept HTML ({html_file}); scrape with --keep-html to extract "
                             "again without fetching")
     pages = {page["id"]: page for page in read_rows(html_file)}
     rows = [(row, None) for row in read_rows(scraped, kind="document")]
-    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(readable(rejects_path(scraped)))]
+    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(earlier_or_current(rejects_path(scraped)))]
 
     def again(item: tuple[dict, str | None]) -> tuple[dict, str | None, str | None]:
         row, reason = item

@@ -9,7 +9,7 @@ A stage turns input shards into one output shard per input (or per bucket). Each
 Only the kept records show in a stage's folder: every other file's name (its rejects, manifests, a
 stage's own records) starts with a dot, so `datasets.load_dataset("parquet", data_dir=FOLDER)` and `ls`
 see the corpus and nothing else. Folders written before textmill 0.2 kept them beside the shard
-(NAME.rejects.parquet, NAME.manifest.json, task.json); they are still read (`readable`), and a run
+(NAME.rejects.parquet, NAME.manifest.json, task.json); they are still read (`earlier_or_current`), and a run
 moves them into place (`upgrade_layout`).
 
 Every file is written under a temporary name in the same directory and renamed into place when complete,
@@ -31,8 +31,14 @@ import pyarrow.parquet as pq
 
 from textmill import __version__
 from textmill.errors import TextmillError
-from textmill.io.files import (LOOSE_JSON_SUFFIXES, atomic_path, file_fingerprint, read_json_record, temporary_path,
-                               write_json)
+from textmill.io.files import (
+    LOOSE_JSON_SUFFIXES,
+    atomic_path,
+    file_fingerprint,
+    read_json_record,
+    temporary_path,
+    write_json,
+)
 
 URL_SCHEMA = pa.schema(
     [
@@ -106,7 +112,7 @@ def earlier_layout(path: Path) -> Path | None:
     return None
 
 
-def readable(path: Path) -> Path:
+def earlier_or_current(path: Path) -> Path:
     """`path`, or where an earlier textmill put the same file when only that exists."""
     earlier = earlier_layout(path)
     return earlier if earlier is not None and not path.exists() and earlier.exists() else path
@@ -137,7 +143,7 @@ def upgrade_layout(folder: Path) -> int:
     return moved
 
 
-def shard_name(text: str) -> str:
+def safe_shard_name(text: str) -> str:
     """A file-name-safe shard name (letters, digits, '-' and '_': a dot would read as a sidecar)."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_")
     if not name:
@@ -307,7 +313,7 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
             found = sorted(p for p in path.iterdir()
                            if p.name.lower().endswith(suffixes) and _SHARD_NAME.match(shard_stem(p)))
             if stage_dir:
-                unfinished = [p.name for p in found if read_json_record(readable(manifest_path(p)),
+                unfinished = [p.name for p in found if read_json_record(earlier_or_current(manifest_path(p)),
                                                                         "its shard counts as unfinished") is None]
                 if unfinished:
                     raise TextmillError(

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
-from textmill.io.store import readable
+from textmill.io.store import open_ranged
 from textmill.pipeline.documents import is_foreign_parquet, iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, document_table, reject_schema, shard_kind
 
@@ -91,7 +91,7 @@ def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: 
             raise TextmillError(f"{path} has no whole scatter record; scatter its input again")
         group = record["row_groups"].get(str(bucket))
         if group is not None:
-            with readable(path) as source:  # in a store, only this row group is downloaded
+            with open_ranged(path) as source:  # in a store, only this row group is downloaded
                 parts.append(pq.ParquetFile(source).read_row_group(group))
     table = pa.concat_tables([SCATTER_SCHEMA.empty_table(), *parts]).combine_chunks()
     table = table.take(np.random.default_rng([seed, bucket]).permutation(table.num_rows))

@@ -15,7 +15,7 @@ from textmill.errors import TextmillError
 from textmill.io.files import is_loose_json
 from textmill.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shards import manifest_path, read_rows, readable, reason_key, record_path
+from textmill.pipeline.shards import earlier_or_current, manifest_path, read_rows, reason_key, record_path
 
 TEXT_CHARS = 300  # of a record's text shown
 TOKEN_IDS = 24  # of a token document's ids shown
@@ -154,10 +154,10 @@ def manifest_lines(path: Path) -> list[str]:
 def folder_lines(folder: Path) -> list[str]:
     """A stage's folder: each shard's counts from its manifest, and the totals."""
     shards = sorted([*folder.glob("*.parquet"), *folder.glob("*.jsonl.gz")])  # kept as Parquet or JSON lines
-    manifests = [readable(manifest_path(shard)) for shard in shards]
+    manifests = [earlier_or_current(manifest_path(shard)) for shard in shards]
     manifests = [m for m in manifests if m.exists()]
     if not manifests:
-        task = readable(record_path(folder, "task.json"))
+        task = earlier_or_current(record_path(folder, "task.json"))
         if task.exists():
             return manifest_lines(task)
         raise TextmillError(f"{folder}: no shard manifests here (inspect a stage's output folder, or a file in one)")

@@ -189,7 +189,7 @@ def example(row: dict) -> dict:
 def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
     """A few records a stage kept, and a few it rejected for each reason, from its first shards (local); a
     reject that names another document (`near_duplicate_of=<id>`) with that document's URL."""
-    from textmill.pipeline.shards import read_rows, readable, reason_key, rejects_path
+    from textmill.pipeline.shards import earlier_or_current, read_rows, reason_key, rejects_path
     from textmill.report.inspect import named_documents, urls_of
 
     kept: list[dict] = []
@@ -200,9 +200,9 @@ def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
             kept.append(example(row))
     rejected: dict[str, list[dict]] = {reason: [] for reason in reasons}
     for shard in shards[:SCANNED_SHARDS]:
-        if all(len(rows) == REJECTED_EXAMPLES for rows in rejected.values()) or not readable(rejects_path(shard)).exists():
+        if all(len(rows) == REJECTED_EXAMPLES for rows in rejected.values()) or not earlier_or_current(rejects_path(shard)).exists():
             continue
-        for row in read_rows(readable(rejects_path(shard))):
+        for row in read_rows(earlier_or_current(rejects_path(shard))):
             rows = rejected.get(reason_key(row["reason"]))
             if rows is not None and len(rows) < REJECTED_EXAMPLES:
                 rows.append({**example(row), "reason": row["reason"]})
@@ -217,13 +217,13 @@ def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
 def duplicate_pairs(duplicates: dict[str, str], exact: set[str], shards: list[Path], count: int = 3) -> list[dict]:
     """The first `count` duplicates with the documents they duplicate, read from dedup's shards (the kept
     document) and their rejects (the duplicate)."""
-    from textmill.pipeline.shards import read_rows, readable, rejects_path
+    from textmill.pipeline.shards import earlier_or_current, read_rows, rejects_path
 
     wanted = dict(list(duplicates.items())[:count])
     ids = set(wanted) | set(wanted.values())
     found: dict[str, dict] = {}
     for shard in shards:
-        for path in (shard, readable(rejects_path(shard))):
+        for path in (shard, earlier_or_current(rejects_path(shard))):
             if path.exists() and len(found) < len(ids):
                 found.update({row["id"]: example(row) for row in read_rows(path, columns=["id", "url", "text"])
                               if row["id"] in ids})

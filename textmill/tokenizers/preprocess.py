@@ -27,8 +27,8 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
 from textmill.io.progress import progress as progress_counter
 from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
-from textmill.tokenizers.config import TokenizeConfig
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
+from textmill.tokenizers.tokenize_config import TokenizeConfig
 
 _BATCH_BYTES = 1 << 20  # text handed to a worker at once: large enough to amortise, small enough to stream
 _PARQUET_ROWS = 512

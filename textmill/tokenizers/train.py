@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, is_loose_json
-from textmill.tokenizers.config import TokenizeConfig
 from textmill.tokenizers.gpt2 import EOD_TOKEN, GPT2Tokenizer, bytes_to_unicode
+from textmill.tokenizers.tokenize_config import TokenizeConfig
 
 
 def vocab_files(output_prefix: str | Path) -> tuple[Path, Path]:

@@ -26,8 +26,8 @@ import numpy as np
 
 from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint, report_damage, write_json
-from textmill.trainer.blend import blending_indices, normalize, samples_per_dataset
 from textmill.megatron.indexed import IndexedDataset
+from textmill.trainer.blend import blending_indices, normalize, samples_per_dataset
 
 SPLITS = ("train", "valid", "test")
 _SEPARATE_LAST_EPOCH = 0.80  # Megatron's hard-coded threshold

@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ from tqdm import tqdm
 from textmill.errors import TextmillError
 from textmill.trainer.blend import parse_data_path
 from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
-from textmill.trainer.config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.device import device_peak_tflops, pick_device
 from textmill.trainer.metrics import MetricSinks
@@ -33,9 +32,16 @@ from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
-from textmill.trainer.parallel.pipeline_parallel import build_schedule, embedding_group, split_stages, sync_tied_embedding
+from textmill.trainer.parallel.pipeline_parallel import (
+    build_schedule,
+    embedding_group,
+    split_stages,
+    sync_tied_embedding,
+)
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
+from textmill.trainer.train_config import TrainConfig, check_config, unpadded_vocab_size
 from textmill.trainer.training_state import load_training_state, save_training_state
+
 
 @dataclass
 class TrainState:
@@ -44,18 +50,36 @@ class TrainState:
     log: list = field(default_factory=list)
 
 
+class CheckedSettings(NamedTuple):
+    """What check_config makes of a TrainConfig in a world of processes (checked once per process)."""
+
+    vocab_size: int  # the tokenizer's
+    model_vocab_size: int  # the embedding rows that are tokens: the tokenizer's, or a loaded model's (GPT-J: 50400)
+    model_config: object  # GPTConfig
+    dims: object  # ParallelDims
+    seq_len: int
+    loaded: dict | None  # the checkpoint --use-checkpoint-args read the model's shape from
+
+
+def checked_settings(config: TrainConfig, world: int) -> CheckedSettings:
+    vocab_size = unpadded_vocab_size(config)
+    model_vocab_size, model, loaded = vocab_size, None, None
+    if config.use_checkpoint_args:  # the model's shape from the checkpoint at --load, not from the flags
+        model, model_vocab_size, loaded = checkpoint_model_config(config, vocab_size)
+    model_config, dims, seq_len = check_config(config, world, vocab_size, model)
+    return CheckedSettings(vocab_size, model_vocab_size, model_config, dims, seq_len, loaded)
+
+
 class Trainer:
-    def __init__(self, config: TrainConfig, mesh=None):
-        """`mesh`: the ("pp", "dp", "tp") mesh of the distributed session (`run` makes it); None for one process."""
+    def __init__(self, config: TrainConfig, mesh=None, checked: CheckedSettings | None = None):
+        """`mesh`: the ("pp", "dp", "tp") mesh of the distributed session (`run` makes it); None for one process.
+        `checked`: the settings as training_session checked them (checked here when not given)."""
         self.config = config
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(config.device, local_rank)
-        self.vocab_size = unpadded_vocab_size(config)
-        # The embedding rows that are tokens: the tokenizer's, or a loaded model's own (GPT-J: 50400 for 50257).
-        self.model_vocab_size, model, loaded = self.vocab_size, None, None
-        if config.use_checkpoint_args:  # the model's shape from the checkpoint at --load, not from the flags
-            model, self.model_vocab_size, loaded = checkpoint_model_config(config, self.vocab_size)
-        self.model_config, self.dims, self.seq_len = check_config(config, world, self.vocab_size, model)
+        checked = checked or checked_settings(config, world)
+        self.vocab_size, self.model_vocab_size, loaded = checked.vocab_size, checked.model_vocab_size, checked.loaded
+        self.model_config, self.dims, self.seq_len = checked.model_config, checked.dims, checked.seq_len
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
         self.mesh = mesh
@@ -367,17 +391,22 @@ def compile_blocks(model: GPT, device: torch.device, say) -> None:
 def training_session(config: TrainConfig) -> Iterator[Trainer]:
     """A Trainer inside the distributed session its layout needs (one process: none)."""
     world, _, local_rank = world_from_env()
-    dims = check_config(config, world, unpadded_vocab_size(config))[1]
-    with distributed_session(dims, pick_device(config.device, local_rank), config.distributed_timeout_minutes) as mesh:
-        yield Trainer(config, mesh)
+    checked = checked_settings(config, world)
+    with distributed_session(checked.dims, pick_device(config.device, local_rank),
+                             config.distributed_timeout_minutes) as mesh:
+        yield Trainer(config, mesh, checked)
 
 
 def launch(config: TrainConfig) -> None:
     """`textmill train --nproc-per-node N ...`: the same settings under torchrun on this machine (its rank 0
     prints the summary)."""
+    import tempfile
+
     n = config.nproc_per_node
     check_config(config, n, unpadded_vocab_size(config))
-    torchrun(n, ["-m", "textmill.cli", "train", *dataclasses.replace(config, nproc_per_node=1).to_argv()])
+    with tempfile.TemporaryDirectory(prefix="textmill-train-") as folder:  # the workers' settings, typed
+        settings = dataclasses.replace(config, nproc_per_node=1).write(Path(folder) / "train.json")
+        torchrun(n, ["-m", "textmill.cli.train_process", str(settings)])
 
 
 def run(config: TrainConfig) -> dict | None:

@@ -12,7 +12,7 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import Checkpoint, is_writer, load_checkpoint, save_checkpoint
-from textmill.trainer.config import check_vocabulary
+from textmill.trainer.train_config import check_vocabulary
 
 
 def rng_state(trainer) -> dict:
@@ -69,8 +69,13 @@ def load_training_state(trainer, root: Path, ckpt: Checkpoint | None = None) -> 
     """The newest checkpoint of `root` (`ckpt`, when already read) into the trainer: weights, and unless it is
     a release, --finetune or --no-load-optim, the optimizer, loss scale, iteration and (same process count)
     random state."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                         set_model_state_dict, set_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     ckpt = ckpt or load_checkpoint(root)
     if ckpt is None:

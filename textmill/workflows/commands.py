@@ -1,5 +1,5 @@
 """A corpus stage on its own: `textmill blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate IN... -o
-OUT` runs that stage's tasks of the run's graph (textmill.workflows.tasks) on a local Luigi scheduler, so
+OUT` runs that stage's tasks of the run's graph (textmill.workflows) on a local Luigi scheduler, so
 the command and `textmill run` share one driver and write the same files. The stage's shards, rejects,
 manifests and records go straight into OUT; the steps before them (MinHash signatures, band keys,
 scattered shards, URL checks) into OUT/.textmill. Run again with the same inputs and settings, it skips
@@ -15,16 +15,25 @@ from typing import NamedTuple
 
 import luigi
 
-from textmill.config import TABLES
 from textmill.errors import RunFailed, TextmillError
 from textmill.io.files import read_json, read_json_record, write_json
 from textmill.io.store import files_under, remove, shown, url_of
 from textmill.pipeline.shards import manifest_path
+from textmill.run_file import TABLES
 from textmill.settings import Settings, resolve, to_table
+from textmill.workflows.corpus_tasks import (
+    BlacklistShard,
+    CleanShard,
+    DedupClusters,
+    DedupShard,
+    ExtractShard,
+    QualityShard,
+    ScrapeShard,
+)
+from textmill.workflows.framework import RunTask, graph, input_files, num_shards
 from textmill.workflows.memos import run_config
 from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, upgrade_work_layout, work_lock
-from textmill.workflows.tasks import (BlacklistShard, CleanShard, Decontaminate, DedupClusters, DedupShard, ExtractShard,
-                                      QualityShard, RunTask, ScrapeShard, Shuffle, input_files, num_shards)
+from textmill.workflows.shuffle_tasks import Decontaminate, Shuffle
 
 COMMAND_BUSY = "another textmill command is working in {work} ({holder}); wait for it to finish"
 
@@ -66,26 +75,21 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         return result
 
 
-def graph(targets: list[luigi.Task]) -> list[RunTask]:
-    """Every task the targets need, those known only once others finished included."""
-    seen: dict[str, luigi.Task] = {}
-    stack = list(targets)
-    while stack:
-        task = stack.pop()
-        if task.task_id not in seen:
-            seen[task.task_id] = task
-            stack += luigi.task.flatten(task.requires())
-            stack += task.requires_later() if isinstance(task, RunTask) else []
-    return [t for t in seen.values() if isinstance(t, RunTask)]
+@RunTask.event_handler(luigi.Event.PROCESSING_TIME)
+def show_progress(task: RunTask, seconds: float) -> None:
+    """A stage command's progress: a line per finished step."""
+    command = task.settings.command
+    if command:
+        print(f"textmill {command}: {task.shown()} done in {seconds:.1f}s", file=sys.stderr, flush=True)
 
 
 def remove_stale(stage: str, folder: Path, targets: list[luigi.Task]) -> None:
     """Remove from the output folder what an earlier command wrote there that this one does not (shards
     beyond a smaller shard count, those of inputs no longer given), by the key records that list them,
     so the folder holds this command's output and nothing else."""
-    ours = [t for t in graph(targets) if t.writes_command_output()]
-    current = {t.key_record() for t in ours}
-    kept = {name for t in ours for name in (read_json_record(t.key_record(), "rewritten") or {}).get("files", [])}
+    ours = [t.output() for t in graph(targets) if isinstance(t, RunTask) and t.writes_command_output()]
+    current = {t.key_record for t in ours}
+    kept = {name for t in ours for name in (read_json_record(t.key_record, "rewritten") or {}).get("files", [])}
     stale = []
     for path in files_under(folder / ".textmill" / "keys"):
         if path not in current:
@@ -103,8 +107,8 @@ def remove_stale(stage: str, folder: Path, targets: list[luigi.Task]) -> None:
 def kept_shards(targets: list[luigi.Task]) -> list[Path]:
     """The stage's kept shards, as its tasks write them (Parquet)."""
     if isinstance(targets[0], (Shuffle, Decontaminate)):
-        return targets[0].shards()
-    return [t.shard_file() for t in targets if not isinstance(t, DedupClusters)]
+        return targets[0].output().shards
+    return [t.output().shard for t in targets if not isinstance(t, DedupClusters)]
 
 
 def place_kept(folder: Path, shards: list[Path], output_format: str) -> None:
@@ -172,12 +176,8 @@ def stage_targets(config: str) -> list[luigi.Task]:
 
 def stage_result(targets: list[luigi.Task]) -> StageResult:
     """The output shards' manifests and the stage's record, from its finished targets (stage_targets)."""
-    if isinstance(targets[0], (Shuffle, Decontaminate)):
-        shards, record = targets[0].shards(), read_json(targets[0].done_file())
-    else:
-        shards = [t.shard_file() for t in targets if not isinstance(t, DedupClusters)]
-        record = read_json(targets[-1].done_file()) if isinstance(targets[-1], DedupClusters) else None
-    return StageResult([read_json(manifest_path(p)) for p in shards], record)
+    record = read_json(targets[-1].output().done) if isinstance(targets[-1], (Shuffle, Decontaminate, DedupClusters)) else None
+    return StageResult([read_json(manifest_path(p)) for p in kept_shards(targets)], record)
 
 
 def why_unfinished(stage: str, folder: Path, since: float) -> TextmillError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from textmill.config import RunConfig, load_config
+from textmill.run_file import RunConfig, load_config
 
 # RunTask.key by (task id, settings, URL list stamps): keys are chains (a dedup key holds every shard's
 # scrape key), so each is computed once.

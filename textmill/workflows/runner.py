@@ -23,8 +23,9 @@ from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.files import atomic_path, read_json_record, write_json
 from textmill.io.store import fetch, publish, remove, url_of
 from textmill.pipeline.shards import manifest_path, upgrade_layout
+from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import run_config
-from textmill.workflows.tasks import EndToEnd, RunTask
+from textmill.workflows.model_tasks import EndToEnd
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
@@ -217,7 +218,7 @@ def build_and_record(config: Path, workers: int, scheduler: dict) -> RunResult:
     target = EndToEnd(str(config))
     # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
     # would not look at it): its record is rebuilt rather than missing from every later report.
-    damaged = [task for task in graph(config) if isinstance(task, RunTask) and task.done_file().exists()
+    damaged = [task for task in run_graph(config) if isinstance(task, RunTask) and task.output().done.exists()
                and not task.complete()]
     result = luigi.build([target, *damaged], workers=workers, detailed_summary=True, log_level="WARNING",
                          worker_scheduler_factory=Schedulers(), **scheduler)
@@ -227,19 +228,9 @@ def build_and_record(config: Path, workers: int, scheduler: dict) -> RunResult:
     return RunResult(ok, result.summary_text, record, record_run(config, record))
 
 
-def graph(config: Path) -> list[luigi.Task]:
+def run_graph(config: Path) -> list[luigi.Task]:
     """Every task of the run's graph, once each, requirements first."""
-    seen: dict[str, luigi.Task] = {}
-
-    def visit(task: luigi.Task) -> None:
-        if task.task_id in seen:
-            return
-        for required in luigi.task.flatten(task.requires()):
-            visit(required)
-        seen[task.task_id] = task
-
-    visit(EndToEnd(str(Path(config).resolve())))
-    return list(seen.values())
+    return graph([EndToEnd(str(Path(config).resolve()))])
 
 
 def task_states(config: Path) -> list[dict]:
@@ -247,7 +238,7 @@ def task_states(config: Path) -> list[dict]:
     `ScrapeShard(RS_2019-01)`), state (done, failed or pending) and, for a failed one, the last failure
     recorded."""
     states = []
-    for task in graph(config):
+    for task in run_graph(config):
         state, reason = ("done" if task.complete() else "pending"), None
         record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
         if record:
@@ -266,60 +257,63 @@ def corpus_record(config: str) -> dict:
     """The corpus part of a run record, as far as the run got: per stage the records in, kept and
     rejected by reason (from the manifests its tasks wrote), the dedup clusters, decontamination, and the
     merged token files."""
-    from textmill.report.lines import stage_summary
     from textmill.pipeline.decontaminate import TOUCHED_LISTED
+    from textmill.report.lines import stage_summary
     from textmill.report.page import SCANNED_SHARDS, corpus_histograms, duplicate_pairs, stage_examples
-    from textmill.workflows import tasks as t
+    from textmill.workflows import corpus_tasks as c
+    from textmill.workflows import shuffle_tasks as s
+    from textmill.workflows.framework import ShardTask, num_shards
+    from textmill.workflows.token_tasks import MergeDataset
 
     settings = run_config(config)
-    n = t.num_shards(settings)
+    n = num_shards(settings)
     stages = [(name, [cls(config, i) for i in range(n)]) for name, cls in
-              (("blacklist", t.BlacklistShard), ("scrape", t.ScrapeShard), ("dedup", t.DedupShard), ("clean", t.CleanShard))]
+              (("blacklist", c.BlacklistShard), ("scrape", c.ScrapeShard), ("dedup", c.DedupShard), ("clean", c.CleanShard))]
     if settings.quality.preset != "none":
-        stages.append(("quality", [t.QualityShard(config, i) for i in range(n)]))
-    stages.append(("shuffle", [t.Shuffle(config)]))
+        stages.append(("quality", [c.QualityShard(config, i) for i in range(n)]))
+    stages.append(("shuffle", [s.Shuffle(config)]))
     if settings.decontaminate.eval_files:
-        stages.append(("decontaminate", [t.Decontaminate(config)]))
+        stages.append(("decontaminate", [s.Decontaminate(config)]))
     part: dict = {"funnel": []}
     for name, tasks in stages:
         if not all(x.complete() for x in tasks):
             return part
-        if isinstance(tasks[0], t.ShardTask):  # its done file is its shard's manifest
-            shards = [x.shard_file() for x in tasks]
-            manifests = [read(x.done_file()) for x in tasks]
+        if isinstance(tasks[0], ShardTask):  # its done file is its shard's manifest
+            shards = [x.output().shard for x in tasks]
+            manifests = [read(x.output().done) for x in tasks]
         else:
-            shards = tasks[0].shards()
+            shards = tasks[0].output().shards
             manifests = [read(manifest_path(p)) for p in shards]
         examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
         timed = list(tasks)
         if name == "blacklist":
-            timed += [t.BlacklistCheck(config, i) for i in range(n)]
-            timed += [t.BlacklistDuplicates(config, p) for p in range(settings.blacklist.duplicate_partitions)]
+            timed += [c.BlacklistCheck(config, i) for i in range(n)]
+            timed += [c.BlacklistDuplicates(config, p) for p in range(settings.blacklist.duplicate_partitions)]
         if name == "shuffle":
-            timed += [t.ShuffleScatter(config, i) for i in range(n)]
-            timed += [t.ShufflePlan(config), *t.Shuffle(config).requires_later()]
+            timed += [s.ShuffleScatter(config, i) for i in range(n)]
+            timed += [s.ShufflePlan(config), *s.Shuffle(config).requires_later()]
         if name == "dedup":
-            clusters = t.DedupClusters(config)
-            timed += [clusters] + [step(config, i) for i in range(n) for step in (t.SignatureShard, t.DedupBandKeys)]
-            timed += clusters.requires()  # the band merges
-            part["dedup"] = read(clusters.done_file())
-            found = read(clusters.clusters_file())
+            clusters = c.DedupClusters(config)
+            timed += [clusters, *luigi.task.flatten(clusters.requires())]  # the band merges, signatures, band keys
+            part["dedup"] = read(clusters.output().done)
+            found = read(clusters.output().files["clusters"])
             part["duplicate_pairs"] = duplicate_pairs(found.get("duplicates", {}), set(found.get("exact", [])),
                                                       examined)
         if name == "decontaminate":
-            parts = range(t.shuffle_shard_count(config))
-            timed += [t.DecontaminateSelect(config)] + [step(config, j) for j in parts
-                                                        for step in (t.DecontaminateCount, t.DecontaminateShard)]
-            part["decontaminate"] = {**read(tasks[0].done_file()), "key_threshold": settings.decontaminate.key_threshold,
+            select = s.DecontaminateSelect(config)
+            timed += [select, *select.requires_later(), *tasks[0].requires_later()]
+            part["decontaminate"] = {**read(tasks[0].output().done), "key_threshold": settings.decontaminate.key_threshold,
                                      "touched": [d for m in manifests for d in m.get("touched", [])][:TOUCHED_LISTED]}
         summary = stage_summary(name, manifests, tasks[0].folder(), sum(task_seconds(x) for x in timed))
         part["funnel"].append(summary)
         part.setdefault("samples", {})[name] = stage_examples(examined, list(summary["reasons"]))
-    merged = t.MergeDataset(config)
-    if merged.complete():
-        part["corpus"] = {k: v for k, v in read(merged.done_file()).items() if k in ("dataset", "documents", "tokens")}
+    merged = MergeDataset(config).output()
+    if merged.exists():
+        part["corpus"] = {k: v for k, v in read(merged.done).items() if k in ("dataset", "documents", "tokens")}
+        corpus = s.corpus_task(config).output()
         part["corpus"]["histograms"] = earlier_histograms(settings.run.work_dir, part["corpus"]["dataset"]) or \
-            corpus_histograms([str(fetch(p)) for p in t.corpus_task(config).shards()], fetched_dataset(merged))
+            corpus_histograms([str(corpus.local_shard(j)) for j in range(len(corpus.shards))],
+                              str(merged.local_dataset()))
     return part
 
 
@@ -336,13 +330,6 @@ def local_copies(shards: list[Path]) -> list[Path]:
     return shards
 
 
-def fetched_dataset(merged) -> str:
-    """The merged token files' prefix, their local copies current."""
-    for path in merged.token_files():
-        fetch(path)
-    return str(merged.dataset())
-
-
 def earlier_histograms(work: Path, dataset: str) -> dict | None:
     """The document histograms of the newest earlier run of the same token files (a run that finds the
     corpus done does not read it again)."""
@@ -357,7 +344,7 @@ def earlier_histograms(work: Path, dataset: str) -> dict | None:
 
 def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
     """What the run made, for run.json, the results table and report.html."""
-    from textmill.workflows import tasks as t
+    from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
 
     config = str(config)
     settings = run_config(config)
@@ -366,19 +353,19 @@ def run_record(config: Path, name: str, started_at: str, seconds: float, ok: boo
     if not ok:
         record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
     record.update(corpus_record(config))
-    train = t.TrainGPT(config)
+    train = TrainGPT(config)
     if settings.train.enabled and train.complete():
-        record["train"] = {k: v for k, v in read(train.done_file()).items()
+        record["train"] = {k: v for k, v in read(train.output().done).items()
                            if k in ("iterations", "lm_loss", "valid_loss", "checkpoints", "started_from", "seconds")}
-        evaluate, export = t.EvaluateLambada(config), t.ExportHF(config)
+        evaluate, export = EvaluateLambada(config), ExportHF(config)
         if settings.evaluate.lambada and evaluate.complete():
             record["evaluate"] = [{"name": Path(r["valid_data"]).stem, "file": r["valid_data"], "accuracy": r["accuracy"],
                                    "correct": r["correct"], "total": r["total"], "perplexity": r["perplexity"]}
-                                  for r in read(evaluate.done_file())["results"]]
+                                  for r in read(evaluate.output().done)["results"]]
         if settings.export.hf and export.complete():
-            record["export"] = {k: v for k, v in read(export.done_file()).items() if k in ("family", "output")}
+            record["export"] = {k: v for k, v in read(export.output().done).items() if k in ("family", "output")}
     seconds_per_stage: dict[str, float] = {}
-    for task in graph(config):
+    for task in run_graph(config):
         if isinstance(task, RunTask):
             stage = task.stage.split("-", 1)[1]
             seconds_per_stage[stage] = seconds_per_stage.get(stage, 0.0) + task_seconds(task)

@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 
 from support.quality_pages import CASES, GOOD, GOOD_LINES, real_documents
-from textmill.pipeline.config import QualityConfig
 from textmill.pipeline.quality import judge
+from textmill.pipeline.stage_configs import QualityConfig
 from textmill.pipeline.words import count_sentences, split_words
 
 

@@ -4,7 +4,7 @@ from support.files import write_jsonl
 
 
 def test_a_stage_summary_gives_its_throughput(tmp_path):
-    from textmill.pipeline.config import ShuffleConfig
+    from textmill.pipeline.stage_configs import ShuffleConfig
     from textmill.report.lines import stage_summary
     from textmill.workflows.commands import run_stage
 

@@ -10,8 +10,8 @@ from support.files import MERGES, TEST_DATA, VOCAB
 from support.hf_models import gpt2_tokenizer
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.tokenizers.config import TokenizeConfig
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, ReferenceBPE, load_vocab_merges, padded_vocab_size
+from textmill.tokenizers.tokenize_config import TokenizeConfig
 from textmill.tokenizers.train import sampled_texts, train_bpe, train_bpe_on_files, vocab_files
 
 TEXTS = [

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from support.runs import CONFIG, write_config
-from textmill.workflows.tasks import (
+from textmill.workflows import (
     BlacklistShard,
     CleanShard,
     DedupShard,
@@ -55,6 +55,18 @@ def test_a_changed_setting_changes_the_keys_of_its_stage_and_those_after_it_only
     assert changed(base, cleanup) == ["CleanShard1", "Shuffle", "TrainTokenizer", "TokenizeShard0", "MergeDataset"]
     tokenizer = keys(run_folder(tmp_path / "tokenizer", vocab_size=700))
     assert changed(base, tokenizer) == ["TrainTokenizer", "TokenizeShard0", "MergeDataset"]
+
+
+def test_the_stages_after_dedup_keep_one_folder_each(tmp_path):
+    """Every shard of dedup, cleanup and the shuffle's scatter has the same key: one folder per stage, which
+    datasets.load_dataset reads whole (the scrape's shards are keyed each by its own URL list)."""
+    from textmill.workflows import ShuffleScatter
+
+    config = run_folder(tmp_path / "run")
+    for kind in (DedupShard, CleanShard, ShuffleScatter):
+        assert len({kind(config, i).key() for i in range(3)}) == 1, kind.__name__
+        assert len({kind(config, i).folder() for i in range(3)}) == 1, kind.__name__
+    assert len({ScrapeShard(config, i).key() for i in range(3)}) == 3
 
 
 def test_a_url_list_added_at_the_end_keeps_the_earlier_shards_keys(tmp_path):

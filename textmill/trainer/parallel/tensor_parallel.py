@@ -25,8 +25,13 @@ from torch import nn
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     # Activations outside the split regions: sequence-sharded with SP, whole (replicated) without.
     between = Shard(1) if sequence_parallel else Replicate()

@@ -1,6 +1,6 @@
 """The run configuration: one TOML file describes a run from URL lists to an evaluated model.
 
-Each table is a dataclass of settings: the corpus stages' own (textmill.pipeline.config), the tokenize
+Each table is a dataclass of settings: the corpus stages' own (textmill.pipeline.stage_configs), the tokenize
 stage's, the trainer's TrainConfig in [train], and the workflow's few below. The example, which `textmill run
 --example-config` prints, is generated from them: every field, its default and what it does. Relative
 paths are relative to the TOML file's folder. Unknown tables or fields, values of the wrong type or out
@@ -17,11 +17,18 @@ from typing import Literal, NamedTuple
 
 from textmill.errors import TextmillError
 from textmill.io.store import configure, fetch_file_or_tree, url_of
-from textmill.pipeline.config import (BlacklistConfig, CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig, ScrapeConfig,
-                                      ShuffleConfig)
-from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, setting, to_argv
-from textmill.tokenizers.config import TokenizeConfig
-from textmill.trainer.config import TrainConfig
+from textmill.pipeline.stage_configs import (
+    BlacklistConfig,
+    CleanConfig,
+    DecontaminateConfig,
+    DedupConfig,
+    QualityConfig,
+    ScrapeConfig,
+    ShuffleConfig,
+)
+from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, setting
+from textmill.tokenizers.tokenize_config import TokenizeConfig
+from textmill.trainer.train_config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -140,10 +147,9 @@ class RunConfig:
     decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     train: TrainSection = field(default_factory=TrainSection)
-    # The trainer's settings [train] gives, typed (what the trained model is keyed by: trainer_key), and the
-    # same as `textmill train` options (what the trainer is started with) but for its process count.
+    # The trainer's settings [train] gives, typed: what the trained model is keyed by (trainer_key) and what
+    # the trainer process is started with (as a table file, TrainConfig.write).
     trainer: TrainConfig | None = None
-    train_options: tuple[str, ...] = ()
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     export: ExportSection = field(default_factory=ExportSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
@@ -220,19 +226,17 @@ def read_tables(path: Path, raw: dict) -> dict:
         values[name] = from_table(table.settings, name, own, path.parent, skip=table.workflow_sets, **extra)[0]
         if name == "train":
             trainer = {k: v for k, v in given.items() if k not in own}
-            config, trainer = trainer_config(trainer, path, train_iters=1)  # whether it is needed is checked later
-            values["trainer"] = config
-            values["train_options"] = tuple(to_argv(TrainConfig, {k: v for k, v in trainer.items() if k != "nproc_per_node"}))
+            values["trainer"] = trainer_config(trainer, path, train_iters=1)  # whether it is needed is checked later
     return values
 
 
-def trainer_config(table: dict, path: Path, **given) -> tuple[TrainConfig, dict]:
-    """The TrainConfig of [train]'s trainer keys, and those keys' checked values."""
+def trainer_config(table: dict, path: Path, **given) -> TrainConfig:
+    """The TrainConfig of [train]'s trainer keys."""
     defaults = {"data_path": ("unused",), **given}
     if "train_samples" in table:  # Megatron's sample-based length, instead of train_iters
         defaults.pop("train_iters", None)
     return from_table(TrainConfig, "train", table, path.parent, skip=TRAINER_SET_BY_WORKFLOW,
-                      **{k: v for k, v in defaults.items() if k not in table})
+                      **{k: v for k, v in defaults.items() if k not in table})[0]
 
 
 def trainer_key(trainer: TrainConfig) -> dict:
@@ -264,9 +268,9 @@ def checked(path: Path, values: dict) -> RunConfig:
 def check_train(table: dict, path: Path, tokenize: TokenizeConfig) -> None:
     """The trainer's own checks of its settings (model, parallel layout, sequence length), with the
     vocabulary [tokenize] will give it, so that a bad [train] is refused before the corpus is built."""
-    from textmill.trainer.config import check_config, unpadded_vocab_size
+    from textmill.trainer.train_config import check_config, unpadded_vocab_size
 
-    config = trainer_config(table, path, vocab_file=tokenize.vocab_file, vocab_size=tokenize.vocab_size)[0]
+    config = trainer_config(table, path, vocab_file=tokenize.vocab_file, vocab_size=tokenize.vocab_size)
     try:
         check_config(config, config.nproc_per_node, unpadded_vocab_size(config))
     except TextmillError as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from textmill.errors import TextmillError
-from textmill.settings import SEED_MAX, Settings, setting, settings_of, to_argv
+from textmill.settings import SEED_MAX, Settings, from_table, setting, settings_of, to_argv, to_table
 from textmill.tokenizers.hf import check_tokenizer_choice
 from textmill.trainer.parallel.dims import ParallelDims
 
@@ -247,8 +247,26 @@ class TrainConfig(Settings):
         return {k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
                 for k, v in settings_of(self).items()}
 
+    def write(self, path: Path) -> Path:
+        """The settings as a table file (JSON), what a trainer process reads (`read`): how they cross from
+        `textmill run` to the trainer and from torchrun's launcher to its workers, typed, not as options."""
+        from textmill.io.files import write_json
+
+        write_json(to_table(self), path)
+        return path
+
+    @staticmethod
+    def read(path: Path) -> TrainConfig:
+        """The settings `write` wrote, checked again as any table is."""
+        try:
+            table = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TextmillError(f"{path}: not a trainer settings file ({exc})") from None
+        return from_table(TrainConfig, "train", table, Path(path).parent)[0]
+
     def to_argv(self) -> list[str]:
-        """The command-line options that give this config (those that differ from the defaults)."""
+        """The command-line options that give this config (those that differ from the defaults): the
+        `textmill train` command a person would type for it."""
         changed = {f.name: getattr(self, f.name) for f in fields(self)
                    if f.default is MISSING or getattr(self, f.name) != f.default}
         return to_argv(TrainConfig, {k: v for k, v in changed.items() if v is not None})

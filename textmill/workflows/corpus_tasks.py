@@ -1,0 +1,309 @@
+"""The corpus tasks from the URL lists to the cleaned shards: thin tasks over textmill.pipeline.
+
+    GivenFile(i) -> BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i)
+      -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i)
+      -> CleanShard(i) -> [QualityShard(i)]                        (then shuffle_tasks.py)
+
+A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does): the check
+is map/reduce (BlacklistCheck per file, BlacklistDuplicates per partition of the URL ids), and
+BlacklistShard(i)'s key covers the files up to i: a list file added at the end leaves every earlier shard,
+its scrape and its MinHash signatures as they are.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import luigi
+
+from textmill.io.files import file_fingerprint
+from textmill.pipeline.shards import earlier_or_current, record_path, sidecar_path
+from textmill.run_file import RunConfig
+from textmill.workflows.framework import (
+    GivenFile,
+    RunTask,
+    ShardTask,
+    given_or,
+    input_files,
+    key_of,
+    num_shards,
+    url_stamps,
+)
+from textmill.workflows.memos import BLACKLIST_KEYS
+from textmill.workflows.targets import ShardTarget, WorkTarget
+
+
+def url_rules(settings: RunConfig):
+    from textmill.pipeline.blacklist import UrlRules
+
+    return UrlRules.with_extra(settings.blacklist)
+
+
+def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
+    """The key of every blacklist shard: a chain over the URL files, since a shard's output depends on
+    every file before it (computed in one pass; a task asking for its predecessor's key would recurse as
+    deep as there are files)."""
+    if (settings, stamps) not in BLACKLIST_KEYS:
+        keys, previous, params = [], None, url_rules(settings).params()
+        for path in input_files(settings):
+            previous = key_of("blacklist", previous, path.name, file_fingerprint(path)["sha256"], params)
+            keys.append(previous)
+        BLACKLIST_KEYS[settings, stamps] = tuple(keys)
+    return BLACKLIST_KEYS[settings, stamps]
+
+
+class BlacklistCheck(ShardTask):
+    """One URL list against the rules, and the ids that passed sorted by partition (map)."""
+
+    stage = "1-blacklist-check"
+
+    def requires(self):
+        return GivenFile(self.config, self.shard)
+
+    def own_settings(self) -> tuple:
+        return url_rules(self.settings).params(), self.settings.blacklist.duplicate_partitions
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.blacklist import checked_record, ids_path
+
+        checked = self.folder() / f"{self.name()}.checked.parquet"
+        return ShardTarget(checked, checked_record(checked), files={"ids": ids_path(checked)})
+
+    def make(self):
+        from textmill.pipeline.blacklist import check_file
+
+        check_file(self.input().local(), self.output().shard, url_rules(self.settings),
+                   self.settings.blacklist.duplicate_partitions)
+
+
+class BlacklistDuplicates(RunTask):
+    """The URLs of one partition already seen in an earlier list file (reduce): the first occurrence wins."""
+
+    stage = "1-blacklist-duplicates"
+    partition = luigi.IntParameter(description="partition of the URL ids")
+
+    def requires(self):
+        return [BlacklistCheck(self.config, i) for i in range(num_shards(self.settings))]
+
+    def target(self) -> WorkTarget:
+        return WorkTarget(self.folder(), self.folder() / f"part-{self.partition:05d}.parquet")
+
+    def make(self):
+        from textmill.pipeline.blacklist import find_duplicates
+
+        for check in self.input():  # what find_duplicates reads of each: its passed ids and its record
+            check.local_file("ids"), check.record()
+        find_duplicates([check.shard for check in self.input()], self.partition, self.output().done)
+
+
+class BlacklistShard(ShardTask):
+    """One URL list's shard: what passed the rules and was not seen before it. Keyed by the list files up to
+    it (blacklist_keys), not by every partition's duplicates it reads, so a file added at the end leaves it
+    as it is."""
+
+    stage = "1-blacklist"
+
+    def requires(self):
+        partitions = range(self.settings.blacklist.duplicate_partitions)
+        return {"urls": GivenFile(self.config, self.shard), "check": BlacklistCheck(self.config, self.shard),
+                "duplicates": [BlacklistDuplicates(self.config, p) for p in partitions]}
+
+    def own_key(self) -> str:
+        return blacklist_keys(self.settings, url_stamps(self.settings))[self.shard]
+
+    def make(self):
+        from textmill.pipeline.blacklist import blacklist_shard
+
+        given = self.input()
+        blacklist_shard(given["urls"].local(), given["check"].local(), self.shard,
+                        [d.local() for d in given["duplicates"]], self.output().shard, url_rules(self.settings))
+
+
+class MapShard(ShardTask):
+    """A stage that maps each shard through one function of textmill.pipeline:
+    `function(input shard, output shard, settings of its table, *arguments())`, keyed by its input and
+    that table's settings. A stage command runs it alone on the files it was given."""
+
+    reads: type[ShardTask]  # the task whose shard it reads in a run
+    command: str  # the stage command that runs it alone
+    table: str  # the run file's table of its settings
+    function: str  # "module:name", imported when it runs (heavy libraries load only where they are used)
+    sidecars: tuple[str, ...] = ()  # the input's sidecar files the function reads too
+
+    def requires(self):
+        return {"shard": given_or(self.command, self.reads(self.config, self.shard))}
+
+    def own_settings(self) -> tuple:
+        return (getattr(self.settings, self.table).params(),)
+
+    def arguments(self) -> tuple:
+        return ()
+
+    def make(self):
+        module, name = self.function.split(":")
+        stage = getattr(importlib.import_module(module), name)
+        stage(self.input()["shard"].local(*self.sidecars), self.output().shard, getattr(self.settings, self.table),
+              *self.arguments())
+
+
+class ScrapeShard(MapShard):
+    stage, command, table, function = "2-scrape", "scrape", "scrape", "textmill.pipeline.scrape:scrape_shard"
+    reads = BlacklistShard
+
+
+class ExtractShard(MapShard):
+    """A scraped shard extracted again from the HTML it kept, fetching nothing: `textmill extract` (a run
+    scrapes again when [scrape] changes)."""
+
+    stage, command, table, function = "2-extract", "extract", "scrape", "textmill.pipeline.scrape:extract_shard"
+    reads, sidecars = ScrapeShard, ("rejects", "html")
+
+    def own_settings(self) -> tuple:
+        html = earlier_or_current(sidecar_path(self.input()["shard"].shard, "html"))
+        return *super().own_settings(), file_fingerprint(html)["sha256"]
+
+
+def scraped(config: str, shard: int) -> ScrapeShard | GivenFile:
+    """The scraped shard dedup's steps read (given to `textmill dedup`)."""
+    return given_or("dedup", ScrapeShard(config, shard))
+
+
+class SignatureShard(ShardTask):
+    """MinHash signatures of one scraped shard; kept as long as the shard and the MinHash settings are."""
+
+    stage = "3-minhash"
+
+    def requires(self):
+        return scraped(self.config, self.shard)
+
+    def own_settings(self) -> tuple:
+        return self.settings.dedup.signature_params(), "words_hash"
+
+    def target(self) -> ShardTarget:
+        signatures = self.folder() / f"{self.name()}.minhash.parquet"
+        return ShardTarget(signatures, signatures)
+
+    def make(self):
+        from textmill.pipeline.dedup import signature_shard
+
+        signature_shard(self.input().local(), self.output().shard, self.settings.dedup)
+
+
+class DedupBandKeys(ShardTask):
+    """One shard's LSH band keys (and id key), each band sorted, for the per-band merges."""
+
+    stage = "3-lsh"
+
+    def requires(self):
+        return SignatureShard(self.config, self.shard)
+
+    def own_settings(self) -> tuple:
+        return self.settings.dedup.bands, self.settings.dedup.exact_duplicates
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.dedup import bands_record
+
+        keys = self.folder() / f"{self.name()}.bands.parquet"
+        return ShardTarget(keys, bands_record(keys))
+
+    def make(self):
+        from textmill.pipeline.dedup import band_keys_shard
+
+        band_keys_shard(self.input().local(), self.output().shard, self.settings.dedup)
+
+
+class DedupBand(RunTask):
+    """The candidate pairs of one LSH band (band number `bands`: documents with the same id; `bands + 1`:
+    with the same words hash), from a merge of every shard's sorted keys. The first step of the dedup
+    stage: its key (every band's the same) names the stage's folder, which the steps after it share."""
+
+    stage = "3-dedup"
+    band = luigi.IntParameter(description="LSH band number")
+
+    def requires(self):
+        return [DedupBandKeys(self.config, i) for i in range(num_shards(self.settings))]
+
+    def own_settings(self) -> tuple:
+        return (self.settings.dedup.params(),)
+
+    def target(self) -> WorkTarget:
+        return WorkTarget(self.folder(), record_path(self.folder(), "pairs") / f"band-{self.band:03d}.parquet")
+
+    def make(self):
+        from textmill.pipeline.dedup import band_pairs, write_pairs
+
+        for keys in self.input():  # the band keys and their record
+            keys.local(), keys.record()
+        write_pairs(band_pairs([keys.shard for keys in self.input()], self.band), self.output().done)
+
+
+class DedupClusters(RunTask):
+    """Near-duplicate clusters over the whole corpus: every band's candidate pairs, confirmed and joined;
+    written beside the pairs."""
+
+    stage = "3-dedup"
+
+    def requires(self):
+        dedup, shards = self.settings.dedup, range(num_shards(self.settings))
+        return {"pairs": [DedupBand(self.config, b) for b in range(dedup.bands + 1 + dedup.exact_duplicates)],
+                "keys": [DedupBandKeys(self.config, i) for i in shards],
+                "signatures": [SignatureShard(self.config, i) for i in shards]}
+
+    def folder(self):
+        return self.input()["pairs"][0].folder
+
+    def target(self) -> WorkTarget:
+        return WorkTarget(self.folder(), record_path(self.folder(), "task.json"),
+                          files={"clusters": record_path(self.folder(), "clusters.json")})
+
+    def make(self):
+        from textmill.pipeline.dedup import cluster_pairs, write_clusters
+
+        given, bands = self.input(), self.settings.dedup.bands
+        pairs = [band.local() for band in given["pairs"]]
+        counts = [keys.record()["rows"] for keys in given["keys"]]
+        signatures = [signature.local() for signature in given["signatures"]]
+        clusters = cluster_pairs(pairs[:bands], pairs[bands : bands + 1], pairs[bands + 1 :], signatures, counts,
+                                 self.settings.dedup)
+        write_clusters(clusters, self.settings.dedup, self.output().files["clusters"])
+        self.finish(**{k: v for k, v in clusters.items() if k not in ("duplicates", "exact")})
+
+
+class DedupShard(MapShard):
+    """One scraped shard without the duplicates the clusters name; written beside them. Keyed by the
+    clusters alone, whose key already covers every scraped shard: so every filtered shard has the same key,
+    and the stages after dedup keep one folder each, which `datasets.load_dataset` reads whole."""
+
+    stage, command, table, function = "3-dedup", "dedup", "dedup", "textmill.pipeline.dedup:filter_shard"
+    reads = ScrapeShard
+
+    def requires(self):
+        return {**super().requires(), "clusters": DedupClusters(self.config)}
+
+    def keyed_requires(self) -> list:
+        return [self.requires()["clusters"]]
+
+    def folder(self):
+        return self.input()["clusters"].folder
+
+    def arguments(self) -> tuple:
+        return (self.input()["clusters"].local_file("clusters"),)
+
+
+class CleanShard(MapShard):
+    stage, command, table, function = "4-clean", "clean", "clean", "textmill.pipeline.clean:clean_shard"
+    reads = DedupShard
+
+    def own_settings(self) -> tuple:
+        given = self.settings.tokenize.given_tokenizer()  # counts tokens exactly with it, else approximately
+        return *super().own_settings(), [file_fingerprint(p)["sha256"] for p in given.files] if given else "approx"
+
+    def arguments(self) -> tuple:
+        return (self.settings.tokenize.given_tokenizer(),)
+
+
+class QualityShard(MapShard):
+    """The quality filters of [quality] preset over one cleaned shard (only when the preset is not none)."""
+
+    stage, command, table, function = "4-quality", "quality", "quality", "textmill.pipeline.quality:quality_shard"
+    reads = CleanShard

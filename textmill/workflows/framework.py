@@ -1,0 +1,221 @@
+"""The task framework of a run's Luigi graph: keys, the base tasks, and the files a graph starts from.
+
+Every task takes the run's TOML file (`config`) and, for map stages, a shard number. As in Luigi's own
+examples, a task says what it `requires()`, where its `output()` goes, and its `make()` reads its inputs
+through `self.input()` (targets.py: local paths, fetched when WORK is in an object store).
+
+Its output folder is WORK/STAGE/KEY, named by its key: the keys of what it requires and its own settings
+(typed, defaults included, logging left out). Changing a cleanup setting gives cleanup and everything after
+it new folders (they run again); the folders before it are found complete. Two kinds of task are keyed
+otherwise, each saying why: a blacklist shard (by the URL lists up to its own), and a task that fans out
+over the shuffled shards (by what the fan-out comes from). The steps of one stage that share its folder
+(dedup's band pairs, clusters and filtered shards) take it from their input: each writes beside what it
+reads.
+
+A stage command (`textmill dedup IN... -o OUT`) runs one stage's tasks of this same graph: its `config` is
+the JSON file the command writes (RunConfig.command names the stage), GivenFile stands in for the task
+before the stage, the stage's own files go straight into OUT (targets.CommandOutput keeps a key record per
+task there, since OUT is not keyed), and the folders of the steps before them lie in OUT/.textmill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import luigi
+
+from textmill.io.files import file_fingerprint, write_json
+from textmill.pipeline.shards import manifest_path, record_path, shard_stem
+from textmill.run_file import RunConfig
+from textmill.workflows.memos import TASK_KEYS, listed_inputs, run_config
+from textmill.workflows.targets import CommandOutput, ShardTarget, WorkTarget
+
+
+def key_of(*parts) -> str:
+    """A short stable hash of JSON-able parts."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def url_stamps(settings: RunConfig) -> tuple:
+    """The modification times of the [run] urls entries: a file added to a folder changes the folder's."""
+    return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in settings.run.urls)
+
+
+def starts_with_url_lists(settings: RunConfig) -> bool:
+    """Whether the graph's input files are URL lists (a run, or `textmill blacklist`), not shards a stage
+    command was given."""
+    return settings.command in (None, "blacklist")
+
+
+def input_files(settings: RunConfig) -> tuple[Path, ...]:
+    """The files the graph starts from, one shard each, in shard order: the URL lists of [run] urls (or the
+    shards given to a stage command), listed again only when an entry changes (every task asks, so
+    listing each time made the graph quadratic in the number of files)."""
+    return listed_inputs(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings))
+
+
+def num_shards(settings: RunConfig) -> int:
+    return len(input_files(settings))
+
+
+# The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
+# straight into OUT; the steps before it (signatures, band keys, ...) go to OUT/.textmill/STAGE/KEY.
+COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
+                         "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle",
+                         "decontaminate": "6-decontaminate"}
+
+
+class RunTask(luigi.Task):
+    """A task of the run described by `config`, writing into WORK/`stage`/KEY."""
+
+    config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
+    stage: str
+    # Tries in one run of a task whose failure a retry may cure (a network fault, a killed process); a
+    # deterministic failure is not retried (runner.FailFastWorker).
+    retry_count = 2
+
+    @property
+    def settings(self) -> RunConfig:
+        return run_config(self.config)
+
+    @property
+    def work(self) -> Path:
+        return self.settings.run.work_dir
+
+    def own_settings(self) -> tuple:
+        """What of the run's settings (and given files) changes this task's output."""
+        return ()
+
+    def keyed_requires(self) -> list:
+        """The requirements whose keys are part of this task's: all of them."""
+        return luigi.task.flatten(self.requires())
+
+    def key(self) -> str:
+        """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
+        scrape key), so each is computed once per configuration and list of URL files."""
+        memo = (self.task_id, self.settings, url_stamps(self.settings))
+        if memo not in TASK_KEYS:
+            TASK_KEYS[memo] = self.own_key()
+        return TASK_KEYS[memo]
+
+    def own_key(self) -> str:
+        return key_of(*(task.key() for task in self.keyed_requires()), *self.own_settings())
+
+    def folder(self) -> Path:
+        if self.writes_command_output():
+            return self.work
+        steps = self.work / ".textmill" if self.settings.command else self.work
+        return steps / self.stage / self.key()
+
+    def writes_command_output(self) -> bool:
+        """Whether this task writes into a stage command's output folder, which is not keyed."""
+        command = self.settings.command
+        return command is not None and self.stage == COMMAND_OUTPUT_STAGES[command]
+
+    def target(self) -> WorkTarget:
+        """What the task writes: by default its record, .task.json."""
+        return WorkTarget(self.folder(), record_path(self.folder(), "task.json"))
+
+    def output(self):
+        if not self.writes_command_output():
+            return self.target()
+        task = self.command_task_id()
+        return CommandOutput(self.target(), self.work / ".textmill" / "keys" / f"{task}.json", task, self.key,
+                             self.work)
+
+    def command_task_id(self) -> str:
+        """The task's id but for its command file, whose path differs from machine to machine."""
+        return luigi.task.task_id_str(self.task_family, {k: v for k, v in self.to_str_params().items() if k != "config"})
+
+    def run(self):
+        later = [task for task in self.requires_later() if not task.complete()]
+        if later:
+            yield later
+        output = self.output()
+        output.begin()
+        self.make()
+        output.commit()
+
+    def requires_later(self) -> list:
+        """Requirements known only once those of requires() have finished (a fan-out over the shuffled
+        shards, whose count the shuffle's plan decides): yielded by run, Luigi's dynamic dependencies."""
+        return []
+
+    def input_later(self) -> list:
+        return [task.output() for task in self.requires_later()]
+
+    def make(self) -> None:
+        """The task's work, on local paths: its inputs read through self.input(), its files written where
+        self.output() names them (committed to the store, when WORK is in one, after it returns)."""
+        raise NotImplementedError
+
+    def finish(self, **result) -> None:
+        """Write the task's record, its done file."""
+        write_json({"task": self.task_id, "key": self.key(), **result}, self.output().done)
+
+    def shown(self) -> str:
+        """The task as a person reads it: its class and parameters but the run file."""
+        return f"{self.task_family}({', '.join(f'{k}={v}' for k, v in self.param_kwargs.items() if k != 'config')})"
+
+
+class ShardTask(RunTask):
+    """A task per shard of the run's input (a URL list, or a shard given to a stage command)."""
+
+    shard = luigi.IntParameter(description="shard number (position of its input file, in sorted order)")
+
+    def name(self) -> str:
+        """The shard's name in every stage: its URL list's name, or its given shard's."""
+        from textmill.pipeline.blacklist import url_list_shard_name
+
+        path = input_files(self.settings)[self.shard]
+        return url_list_shard_name(path) if starts_with_url_lists(self.settings) else shard_stem(path)
+
+    def shown(self) -> str:
+        return f"{self.task_family}({self.name()})"
+
+    def target(self) -> ShardTarget:
+        shard = self.folder() / f"{self.name()}.parquet"
+        return ShardTarget(shard, manifest_path(shard))
+
+
+class GivenFile(luigi.ExternalTask):
+    """Input file `shard` of the graph: a URL list of [run] urls, or a shard given to a stage command."""
+
+    config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
+    shard = luigi.IntParameter(description="position of the input file, in sorted order")
+
+    def path(self) -> Path:
+        return input_files(run_config(self.config))[self.shard]
+
+    def key(self) -> str:
+        return file_fingerprint(self.path())["sha256"]
+
+    def output(self) -> ShardTarget:
+        return ShardTarget(self.path(), self.path())
+
+
+def given_or(command: str, task: ShardTask) -> ShardTask | GivenFile:
+    """What writes the shard a task reads: `task`, or, when the stage command `command` runs the reading
+    task's stage alone, the file it was given in its place."""
+    return GivenFile(task.config, task.shard) if run_config(task.config).command == command else task
+
+
+def graph(targets: list[luigi.Task]) -> list[luigi.Task]:
+    """Every task the targets need, once each, requirements first: those known only once others have finished
+    (requires_later) included as far as they are known."""
+    seen: dict[str, luigi.Task] = {}
+
+    def visit(task: luigi.Task) -> None:
+        if task.task_id in seen:
+            return
+        later = task.requires_later() if isinstance(task, RunTask) else []
+        for required in [*luigi.task.flatten(task.requires()), *later]:
+            visit(required)
+        seen[task.task_id] = task
+
+    for target in targets:
+        visit(target)
+    return list(seen.values())

@@ -1,0 +1,320 @@
+"""The corpus tasks from the cleaned shards to the finished documents: the shuffle and decontamination.
+
+    cleaned(i) -> ShufflePlan -> ShuffleScatter(i) -> ShuffleGather(j) -> Shuffle
+      -> DecontaminateCount(j) -> DecontaminateSelect -> DecontaminateShard(j) -> Decontaminate
+
+How many shards the shuffle writes is [shuffle] num_shards, or, when that is 0, what ShufflePlan chooses
+from the cleaned corpus's size; so the tasks that need one task per shuffled shard (PerShuffledShard) know
+their fan-out only once the plan has finished, and yield it then (Luigi's dynamic dependencies).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import luigi
+
+from textmill.io.files import file_fingerprint
+from textmill.pipeline.shards import manifest_path, record_path, shard_stem
+from textmill.run_file import RunConfig
+from textmill.workflows.corpus_tasks import CleanShard, QualityShard
+from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, input_files, key_of, num_shards
+from textmill.workflows.memos import run_config
+from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
+
+
+def cleaned(config: str, shard: int) -> CleanShard | QualityShard | GivenFile:
+    """The cleaned shard the shuffle reads: cleanup's, or the quality filters' when [quality] has a preset
+    (given to `textmill shuffle`)."""
+    filtered = run_config(config).quality.preset != "none"
+    return given_or("shuffle", (QualityShard if filtered else CleanShard)(config, shard))
+
+
+def shuffle_settings(settings: RunConfig) -> tuple:
+    """What of [shuffle] changes the shuffle's output: the shard count, or the size it is derived from."""
+    count = settings.shuffle.num_shards or ("target_shard_mb", settings.shuffle.target_shard_mb)
+    return count, settings.run.seed
+
+
+def planned_count(plan: WorkTarget) -> int | None:
+    """The shard count ShufflePlan wrote, None until it has."""
+    return plan.record()["num_shards"] if plan.exists() else None
+
+
+def shuffled_shard(folder: Path, bucket: int) -> Path:
+    return folder / f"part-{bucket:05d}.parquet"
+
+
+class PerShuffledShard(RunTask):
+    """A task that fans out over the shuffled shards (`fan_out(count)`). It requires what the fan-out comes
+    from, so it is keyed by that and by its own settings (which are those of the tasks it fans out to);
+    its run yields the fan-out once the count is known."""
+
+    def shard_count(self) -> int | None:
+        raise NotImplementedError
+
+    def fan_out(self, count: int) -> list:
+        raise NotImplementedError
+
+    def requires_later(self) -> list:
+        count = self.shard_count()
+        return [] if count is None else self.fan_out(count)
+
+
+class ShufflePlan(RunTask):
+    """The shuffle's shard count: [shuffle] num_shards, or, when that is 0, one from the cleaned shards'
+    sizes and target_shard_mb. The first step of the shuffle: its key names the shuffle's folder."""
+
+    stage = "5-shuffle"
+
+    def requires(self):
+        return [cleaned(self.config, i) for i in range(num_shards(self.settings))]
+
+    def own_settings(self) -> tuple:
+        return shuffle_settings(self.settings)
+
+    def target(self) -> WorkTarget:
+        return WorkTarget(self.folder(), record_path(self.folder(), "plan.json"))
+
+    def make(self):
+        from textmill.io.files import write_json
+        from textmill.pipeline.shuffle import shard_count
+
+        shuffle = self.settings.shuffle
+        if shuffle.num_shards:
+            plan = {"num_shards": shuffle.num_shards}
+        else:
+            size = sum(shard.bytes() for shard in self.input())
+            plan = {"input_bytes": size, "target_shard_mb": shuffle.target_shard_mb,
+                    "num_shards": shard_count(size, shuffle.target_shard_mb)}
+        write_json(plan, self.output().done)
+
+
+class ShuffleScatter(ShardTask):
+    """One cleaned shard's documents sorted by the output shard of the shuffle their id hashes to. With a
+    shard count given it waits for its own cleaned shard only."""
+
+    stage = "5-shuffle-scatter"
+
+    def requires(self):
+        shard = {"shard": cleaned(self.config, self.shard)}
+        return shard if self.settings.shuffle.num_shards else {**shard, "plan": ShufflePlan(self.config)}
+
+    def own_settings(self) -> tuple:
+        return shuffle_settings(self.settings)
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.shuffle import scatter_record
+
+        scattered = self.folder() / f"{self.name()}.parquet"
+        return ShardTarget(scattered, scatter_record(scattered))
+
+    def make(self):
+        from textmill.pipeline.shuffle import scatter_shard
+
+        given = self.input()
+        count = self.settings.shuffle.num_shards or planned_count(given["plan"])
+        scatter_shard(given["shard"].local(), self.output().shard, count, self.settings.run.seed)
+
+
+class ShuffleGather(RunTask):
+    """One output shard of the shuffle: its bucket of every scattered shard, permuted; written beside the plan."""
+
+    stage = "5-shuffle"
+    bucket = luigi.IntParameter(description="output shard number")
+
+    def requires(self):
+        return {"plan": ShufflePlan(self.config),
+                "scattered": [ShuffleScatter(self.config, i) for i in range(num_shards(self.settings))]}
+
+    def folder(self) -> Path:
+        return self.input()["plan"].folder
+
+    def target(self) -> ShardTarget:
+        shard = shuffled_shard(self.folder(), self.bucket)
+        return ShardTarget(shard, manifest_path(shard))
+
+    def make(self):
+        from textmill.pipeline.shuffle import gather_bucket
+
+        given = self.input()
+        for scattered in given["scattered"]:  # the records; gather_bucket reads only this bucket's row group of each
+            scattered.record()
+        gather_bucket([s.shard for s in given["scattered"]], self.bucket, self.output().shard,
+                      planned_count(given["plan"]), self.settings.run.seed)
+
+
+class Shuffle(PerShuffledShard):
+    """The shuffled corpus, beside its plan: done when every output shard is (ShuffleScatter per cleaned
+    shard, then ShuffleGather per output shard, each a task of its own)."""
+
+    stage = "5-shuffle"
+
+    def requires(self):
+        return ShufflePlan(self.config)
+
+    def folder(self) -> Path:
+        return self.input().folder
+
+    def shard_count(self) -> int | None:
+        return planned_count(self.input())
+
+    def fan_out(self, count: int) -> list:
+        return [ShuffleGather(self.config, b) for b in range(count)]
+
+    def target(self) -> ShardSet:
+        folder = self.folder()
+        return ShardSet(folder, record_path(folder, "task.json"),
+                        [shuffled_shard(folder, b) for b in range(self.shard_count() or 0)])
+
+    def make(self):
+        from textmill.pipeline.shuffle import empty_shards_note
+
+        manifests = [shard.record() for shard in self.input_later()]
+        note = empty_shards_note(manifests)
+        if note:
+            print(f"textmill: {note}", file=sys.stderr)
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), shards=len(manifests), note=note)
+
+
+class GivenShards(luigi.ExternalTask):
+    """The shards given to `textmill decontaminate`, in the place of the shuffled corpus."""
+
+    config = luigi.Parameter(description="the stage command's file")
+
+    def key(self) -> str:
+        return key_of([GivenFile(self.config, i).key() for i in range(num_shards(run_config(self.config)))])
+
+    def output(self) -> ShardSet:
+        return ShardSet(None, None, list(input_files(run_config(self.config))))
+
+
+def shuffled(config: str) -> Shuffle | GivenShards:
+    """The shuffled corpus decontamination reads (given to `textmill decontaminate`)."""
+    return GivenShards(config) if run_config(config).command == "decontaminate" else Shuffle(config)
+
+
+def decontamination_settings(settings: RunConfig) -> tuple:
+    """What changes decontamination's output: its evaluation sets' contents and [decontaminate]."""
+    cfg = settings.decontaminate
+    return [file_fingerprint(p)["sha256"] for p in cfg.eval_files], cfg.params()
+
+
+class DecontaminateCount(RunTask):
+    """Pass 1 on one shuffled shard: how often each evaluation n-gram occurs in it. The first step of
+    decontamination: its key (every shard's the same) names the stage's folder."""
+
+    stage = "6-decontaminate"
+    part = luigi.IntParameter(description="shuffled shard number")
+
+    def requires(self):
+        return shuffled(self.config)
+
+    def own_settings(self) -> tuple:
+        return decontamination_settings(self.settings)
+
+    def target(self) -> WorkTarget:
+        name = shard_stem(self.input().shards[self.part])
+        return WorkTarget(self.folder(), record_path(self.folder(), "counts") / f"{name}.counts.json")
+
+    def make(self):
+        from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
+
+        cfg = self.settings.decontaminate
+        counts = count_matches(self.input().local_shard(self.part), eval_ngrams(cfg.eval_files, cfg), cfg.max_ngram)
+        write_counts(counts, self.output().done)
+
+
+class DecontaminateSelect(PerShuffledShard):
+    """The n-grams pass 2 cuts: the counts of every shard added up, those seen fewer than key_threshold
+    times. Keyed as the counts are, so written beside them."""
+
+    stage = "6-decontaminate"
+
+    def requires(self):
+        return shuffled(self.config)
+
+    def own_settings(self) -> tuple:
+        return decontamination_settings(self.settings)
+
+    def shard_count(self) -> int | None:
+        return len(self.input().shards) if self.input().exists() else None
+
+    def fan_out(self, count: int) -> list:
+        return [DecontaminateCount(self.config, j) for j in range(count)]
+
+    def target(self) -> WorkTarget:
+        return WorkTarget(self.folder(), record_path(self.folder(), "selected.json"))
+
+    def make(self):
+        from textmill.pipeline.decontaminate import select_from_counts
+
+        select_from_counts([counts.local() for counts in self.input_later()], self.settings.decontaminate,
+                           self.output().done)
+
+
+def decontaminated_shard(folder: Path, shuffled_shard: Path) -> Path:
+    return folder / f"{shard_stem(shuffled_shard)}.parquet"
+
+
+class DecontaminateShard(RunTask):
+    """Pass 2 on one shuffled shard: the selected n-grams cut out of its documents; beside the selection."""
+
+    stage = "6-decontaminate"
+    part = luigi.IntParameter(description="shuffled shard number")
+
+    def requires(self):
+        return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}
+
+    def folder(self) -> Path:
+        return self.input()["selected"].folder
+
+    def target(self) -> ShardTarget:
+        shard = decontaminated_shard(self.folder(), self.input()["shuffled"].shards[self.part])
+        return ShardTarget(shard, manifest_path(shard))
+
+    def make(self):
+        from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
+
+        given, cfg = self.input(), self.settings.decontaminate
+        chosen = read_selected(given["selected"].local(), cfg)
+        decontaminate_shard(given["shuffled"].local_shard(self.part), self.output().shard, chosen, cfg)
+
+
+class Decontaminate(PerShuffledShard):
+    """The decontaminated corpus: done when every shard is (DecontaminateCount per shuffled shard, then
+    DecontaminateSelect, then DecontaminateShard per shard, each a task of its own)."""
+
+    stage = "6-decontaminate"
+
+    def requires(self):
+        return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}
+
+    def folder(self) -> Path:
+        return self.input()["selected"].folder
+
+    def shard_count(self) -> int | None:
+        given = self.input()["shuffled"]
+        return len(given.shards) if given.exists() else None
+
+    def fan_out(self, count: int) -> list:
+        return [DecontaminateShard(self.config, j) for j in range(count)]
+
+    def target(self) -> ShardSet:
+        folder = self.folder()
+        return ShardSet(folder, record_path(folder, "task.json"),
+                        [decontaminated_shard(folder, p) for p in self.input()["shuffled"].shards])
+
+    def make(self):
+        from textmill.pipeline.decontaminate import summary
+
+        selected = self.input()["selected"].record()
+        manifests = [shard.record() for shard in self.input_later()]
+        self.finish(documents=sum(m["counts"]["kept"] for m in manifests), **summary(selected, manifests))
+
+
+def corpus_task(config: str) -> Shuffle | Decontaminate:
+    """The task whose shards are the finished documents: Decontaminate, or Shuffle when the run names no
+    evaluation sets to decontaminate against."""
+    return Decontaminate(config) if run_config(config).decontaminate.eval_files else Shuffle(config)
