@@ -249,8 +249,8 @@ class DedupClusters(RunTask):
                 "keys": [DedupBandKeys(self.config, i) for i in shards],
                 "signatures": [SignatureShard(self.config, i) for i in shards]}
 
-    def folder(self):
-        return self.input()["pairs"][0].folder
+    def own_folder(self):
+        return self.requires()["pairs"][0].output().folder
 
     def target(self) -> WorkTarget:
         return WorkTarget(self.folder(), record_path(self.folder(), "task.json"),
@@ -283,8 +283,8 @@ class DedupShard(MapShard):
     def keyed_requires(self) -> list:
         return [self.requires()["clusters"]]
 
-    def folder(self):
-        return self.input()["clusters"].folder
+    def own_folder(self):
+        return self.input_of("clusters").folder
 
     def arguments(self) -> tuple:
         return (self.input()["clusters"].local_file("clusters"),)

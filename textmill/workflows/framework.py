@@ -29,7 +29,7 @@ import luigi
 from textmill.io.files import file_fingerprint, write_json
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
-from textmill.workflows.memos import TASK_KEYS, listed_inputs, run_config
+from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, run_config
 from textmill.workflows.targets import CommandOutput, ShardTarget, WorkTarget
 
 
@@ -93,10 +93,14 @@ class RunTask(luigi.Task):
         """The requirements whose keys are part of this task's: all of them."""
         return luigi.task.flatten(self.requires())
 
+    def memo(self) -> tuple:
+        """What this task's key and folder are computed once per: its id, the settings, the URL lists."""
+        return self.task_id, self.settings, url_stamps(self.settings)
+
     def key(self) -> str:
         """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's
         scrape key), so each is computed once per configuration and list of URL files."""
-        memo = (self.task_id, self.settings, url_stamps(self.settings))
+        memo = self.memo()
         if memo not in TASK_KEYS:
             TASK_KEYS[memo] = self.own_key()
         return TASK_KEYS[memo]
@@ -105,10 +109,20 @@ class RunTask(luigi.Task):
         return key_of(*(task.key() for task in self.keyed_requires()), *self.own_settings())
 
     def folder(self) -> Path:
+        memo = self.memo()
+        if memo not in TASK_FOLDERS:
+            TASK_FOLDERS[memo] = self.own_folder()
+        return TASK_FOLDERS[memo]
+
+    def own_folder(self) -> Path:
         if self.writes_command_output():
             return self.work
         steps = self.work / ".textmill" if self.settings.command else self.work
         return steps / self.stage / self.key()
+
+    def input_of(self, name: str):
+        """The target of the requirement `name` alone (self.input() makes every requirement's)."""
+        return self.requires()[name].output()
 
     def writes_command_output(self) -> bool:
         """Whether this task writes into a stage command's output folder, which is not keyed."""

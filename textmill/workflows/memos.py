@@ -17,14 +17,23 @@ from textmill.run_file import RunConfig, load_config
 # scrape key), so each is computed once.
 TASK_KEYS: dict[tuple, str] = {}
 
+# RunTask.folder by the same: a step that shares its stage's folder asks its input for it, and that input
+# its own (a filtered dedup shard asks the clusters, which ask a band merge).
+TASK_FOLDERS: dict[tuple, object] = {}
+
 # The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
 BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
 
 
 def run_config(config: str) -> RunConfig:
     """The run's configuration, read again only when the file changes."""
-    path = Path(config).resolve()
+    path = _resolved(config)
     return _read_config(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved(config: str) -> Path:
+    return Path(config).resolve()
 
 
 @functools.lru_cache(maxsize=8)

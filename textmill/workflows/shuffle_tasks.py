@@ -128,8 +128,8 @@ class ShuffleGather(RunTask):
         return {"plan": ShufflePlan(self.config),
                 "scattered": [ShuffleScatter(self.config, i) for i in range(num_shards(self.settings))]}
 
-    def folder(self) -> Path:
-        return self.input()["plan"].folder
+    def own_folder(self) -> Path:
+        return self.input_of("plan").folder
 
     def target(self) -> ShardTarget:
         shard = shuffled_shard(self.folder(), self.bucket)
@@ -154,7 +154,7 @@ class Shuffle(PerShuffledShard):
     def requires(self):
         return ShufflePlan(self.config)
 
-    def folder(self) -> Path:
+    def own_folder(self) -> Path:
         return self.input().folder
 
     def shard_count(self) -> int | None:
@@ -267,8 +267,8 @@ class DecontaminateShard(RunTask):
     def requires(self):
         return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}
 
-    def folder(self) -> Path:
-        return self.input()["selected"].folder
+    def own_folder(self) -> Path:
+        return self.input_of("selected").folder
 
     def target(self) -> ShardTarget:
         shard = decontaminated_shard(self.folder(), self.input()["shuffled"].shards[self.part])
@@ -291,8 +291,8 @@ class Decontaminate(PerShuffledShard):
     def requires(self):
         return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}
 
-    def folder(self) -> Path:
-        return self.input()["selected"].folder
+    def own_folder(self) -> Path:
+        return self.input_of("selected").folder
 
     def shard_count(self) -> int | None:
         given = self.input()["shuffled"]
