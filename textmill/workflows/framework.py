@@ -210,6 +210,9 @@ class GivenFile(luigi.ExternalTask):
     def output(self) -> ShardTarget:
         return ShardTarget(self.path(), self.path())
 
+    def shown(self) -> str:
+        return f"{self.task_family}({self.path().name})"
+
 
 def given_or(command: str, task: ShardTask) -> ShardTask | GivenFile:
     """What writes the shard a task reads: `task`, or, when the stage command `command` runs the reading

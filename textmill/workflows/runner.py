@@ -243,7 +243,7 @@ def task_states(config: Path) -> list[dict]:
         record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
         if record:
             state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
-        states.append({"task": task.shown() if isinstance(task, RunTask) else f"{task.task_family}()", "state": state,
+        states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()", "state": state,
                        "reason": reason})
     return states
 
