@@ -137,7 +137,7 @@ def add_parsers(sub) -> None:
               DedupConfig)
     p.set_defaults(func=cmd_dedup)
 
-    p = stage("clean", "Fix mojibake with ftfy, keep one language (seeded langdetect), drop short documents.", docs,
+    p = stage("clean", "Fix mojibake with ftfy, keep one language (fastText's lid.176, or seeded langdetect), drop short documents.", docs,
               CleanConfig)
     add_tokenizer_files(p, "count exact BPE tokens (default: a lower bound that needs no vocabulary)")
     p.set_defaults(func=cmd_clean)

@@ -2,7 +2,7 @@
 
 It generates seeded English pages plus junk (near-duplicates, other languages, mojibake, short pages,
 blacklisted and broken links, server faults), serves them locally, and runs the Luigi graph of
-`textmill run` on them with the real libraries (trafilatura, datasketch, ftfy, langdetect): blacklist,
+`textmill run` on them with the real libraries (trafilatura, datasketch, ftfy, fastText): blacklist,
 scrape, dedup, clean, shuffle, decontaminate, a byte-level BPE trained on the corpus, Megatron .bin/.idx
 token files; then it trains a tiny GPT on CPU, scores it on a LAMBADA-format cloze set built from
 held-out generated text (and on a real LAMBADA file with --lambada), exports it to Hugging Face format,

