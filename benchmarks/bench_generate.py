@@ -31,8 +31,8 @@ from textmill.demo import synthweb
 from textmill.inference.generate import SamplingParams, TokenText, generate
 from textmill.tokenizers.gpt2 import GPT2Tokenizer, padded_vocab_size
 from textmill.trainer.checkpoint import save_checkpoint
+from textmill.trainer.gpt_config import PRESETS, GPTConfig
 from textmill.trainer.model import GPT
-from textmill.trainer.train_config import PRESETS, GPTConfig
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

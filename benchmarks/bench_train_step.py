@@ -25,9 +25,9 @@ from datetime import date
 import torch
 import torch.nn.functional as F
 
+from textmill.trainer.gpt_config import GPTConfig
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import make_optimizer
-from textmill.trainer.train_config import GPTConfig
 
 
 def textmill_step(model, tokens):

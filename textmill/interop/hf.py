@@ -30,8 +30,8 @@ import torch
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
 from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model, save_checkpoint
+from textmill.trainer.gpt_config import GPTConfig
 from textmill.trainer.model import GPT
-from textmill.trainer.train_config import GPTConfig
 
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 # Hugging Face names of the tanh-approximated GELU (the same function up to rounding).

@@ -182,7 +182,7 @@ class Checkpoint:
 
     def model_config(self):
         """The model the checkpoint holds, from its JSON metadata (checked like any config read from a file)."""
-        from textmill.trainer.train_config import GPTConfig
+        from textmill.trainer.gpt_config import GPTConfig
 
         try:
             return GPTConfig.from_dict(self.meta["model_config"])
@@ -302,7 +302,8 @@ def checkpoint_model_config(config, vocab_size: int):
     dropout, for a tokenizer of `vocab_size` tokens (the checkpoint's own: a model reads only the ids it
     was trained on), the model's vocabulary size (its rows that are tokens, which may be more), and the
     checkpoint (read once: load_training_state takes it)."""
-    from textmill.trainer.train_config import GPTConfig, check_vocabulary
+    from textmill.trainer.gpt_config import GPTConfig
+    from textmill.trainer.train_config import check_vocabulary
 
     if config.load is None:
         raise TextmillError("--use-checkpoint-args needs --load (the checkpoint whose model to train)")

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from textmill.trainer.train_config import GPTConfig
+from textmill.trainer.gpt_config import GPTConfig
 
 
 def make_norm(config: GPTConfig) -> nn.Module:

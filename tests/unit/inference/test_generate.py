@@ -103,8 +103,8 @@ def exhaustive_search(model, prompt: list[int], vocab: int, steps: int, stop: in
 @pytest.fixture(scope="module")
 def tiny_model():
     """Five tokens, random weights large enough to make the distributions far from uniform."""
+    from textmill.trainer.gpt_config import GPTConfig
     from textmill.trainer.model import GPT
-    from textmill.trainer.train_config import GPTConfig
 
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=5, num_layers=2, hidden_size=16, num_attention_heads=2,

@@ -7,8 +7,9 @@ import torch
 from textmill.cli import build_parser
 from textmill.errors import TextmillError
 from textmill.settings import from_namespace
+from textmill.trainer.gpt_config import GPTConfig
 from textmill.trainer.model import GPT, KVCache
-from textmill.trainer.train_config import GPTConfig, TrainConfig, model_config
+from textmill.trainer.train_config import TrainConfig, model_config
 
 
 def test_the_kv_cache_holds_the_query_groups_and_gives_the_full_pass(tmp_path):
