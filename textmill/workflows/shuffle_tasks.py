@@ -42,6 +42,11 @@ def planned_count(plan: WorkTarget) -> int | None:
     return plan.record()["num_shards"] if plan.exists() else None
 
 
+def finished_count(shards: ShardSet) -> int | None:
+    """How many shards a finished stage wrote, None until it has finished."""
+    return len(shards.shards) if shards.exists() else None
+
+
 def shuffled_shard(folder: Path, bucket: int) -> Path:
     return folder / f"part-{bucket:05d}.parquet"
 
@@ -239,7 +244,7 @@ class DecontaminateSelect(PerShuffledShard):
         return decontamination_settings(self.settings)
 
     def shard_count(self) -> int | None:
-        return len(self.input().shards) if self.input().exists() else None
+        return finished_count(self.input())
 
     def fan_out(self, count: int) -> list:
         return [DecontaminateCount(self.config, j) for j in range(count)]
@@ -295,8 +300,7 @@ class Decontaminate(PerShuffledShard):
         return self.input_of("selected").folder
 
     def shard_count(self) -> int | None:
-        given = self.input()["shuffled"]
-        return len(given.shards) if given.exists() else None
+        return finished_count(self.input()["shuffled"])
 
     def fan_out(self, count: int) -> list:
         return [DecontaminateShard(self.config, j) for j in range(count)]

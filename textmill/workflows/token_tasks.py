@@ -20,7 +20,7 @@ from textmill.io.store import shown
 from textmill.pipeline.shards import record_path
 from textmill.workflows.framework import RunTask, key_of
 from textmill.workflows.memos import run_config
-from textmill.workflows.shuffle_tasks import PerShuffledShard, corpus_task
+from textmill.workflows.shuffle_tasks import PerShuffledShard, corpus_task, finished_count
 from textmill.workflows.targets import DatasetTarget, TokenizerTarget
 
 
@@ -157,8 +157,7 @@ class MergeDataset(PerShuffledShard):
         return (self.settings.tokenize.append_eod,)
 
     def shard_count(self) -> int | None:
-        corpus = self.input()["corpus"]
-        return len(corpus.shards) if corpus.exists() else None
+        return finished_count(self.input()["corpus"])
 
     def fan_out(self, count: int) -> list:
         return [TokenizeShard(self.config, j) for j in range(count)]
