@@ -1,7 +1,8 @@
-"""The Luigi graph at scale: how long building and checking it takes as URL-list files grow, and how the
-blacklist's time grows with the number of URL-list files.
+"""The Luigi graph at scale: how long building and checking it takes as URL-list files grow, how the
+blacklist's time grows with the number of URL-list files, and the graph of ONE big URL list.
 
     python benchmarks/bench_workflow.py [--files 100 300 1000] [--urls-per-file 50] [--chain 200]
+                                        [--big-list 20000000] [--urls-per-shard 10000 50000]
 
 Part 1 writes --files URL-list files (generated URLs, --urls-per-file each) and a run config without
 training, then in a fresh process walks the whole graph the way `textmill status` does (every task's key,
@@ -9,11 +10,16 @@ requirements and completeness); the ratio is the time per task against the small
 below 1.0, the work grows no faster than the number of files (fixed costs spread over more tasks).
 Part 2 runs every blacklist step (a check per file, the duplicates per partition of the URL ids, a shard
 per file) in one process for --chain / 4 and --chain files; a ratio per file near 1.0 is linear growth.
+Part 3 writes one list of --big-list URLs (Megatron's clean_urls.txt is about 20 million) and, for each
+--urls-per-shard, walks the graph in a fresh process twice: first with an empty TEXTMILL_CACHE (the list
+is cut: one pass over it), then again (the cut is read from the cache); with the walk's largest RSS. The
+ratio is the cached walk's time per task against part 1's smallest graph.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import subprocess
 import sys
@@ -24,12 +30,12 @@ from pathlib import Path
 CONFIG = '[run]\nwork_dir = "work"\nurls = ["urls"]\n[train]\nenabled = false\n'
 
 WALK = """
-import sys, time
+import resource, sys, time
 from pathlib import Path
 from textmill.workflows.runner import task_states
 started = time.perf_counter()  # after the imports
 states = task_states(Path(sys.argv[1]))
-print(len(states), time.perf_counter() - started)
+print(len(states), time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
@@ -42,10 +48,26 @@ def write_run(root: Path, files: int, urls_per_file: int) -> Path:
     return root / "run.toml"
 
 
-def walk(config: Path) -> tuple[int, float]:
-    out = subprocess.run([sys.executable, "-c", WALK, str(config)], capture_output=True, text=True, check=True)
-    tasks, seconds = out.stdout.split()
-    return int(tasks), float(seconds)
+def walk(config: Path, env: dict | None = None) -> tuple[int, float, int]:
+    """Tasks, seconds and largest RSS (MB) of a walk of the graph in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", WALK, str(config)], capture_output=True, text=True, check=True,
+                         env=env)
+    tasks, seconds, rss = out.stdout.split()
+    return int(tasks), float(seconds), int(rss)
+
+
+def write_big_run(root: Path, urls: int, urls_per_shard: int) -> Path:
+    """One URL list of `urls` lines (written once per root) and a run file cutting it `urls_per_shard` a unit."""
+    big = root / "urls" / "clean_urls.txt"
+    if not big.exists():
+        big.parent.mkdir(parents=True)
+        with open(big, "w") as f:
+            for start in range(0, urls, 100_000):
+                f.write("".join(f"https://site{i % 9973}.example.org/{i // 9973}/article-{i}.html\n"
+                                for i in range(start, min(start + 100_000, urls))))
+    config = root / f"run-{urls_per_shard}.toml"
+    config.write_text(CONFIG.replace('[train]', f'[blacklist]\nurls_per_shard = {urls_per_shard}\n[train]'))
+    return config
 
 
 def blacklist_steps(config: Path) -> float:
@@ -69,6 +91,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, nargs="+", default=[100, 300, 1000], help="URL-list files per graph")
     parser.add_argument("--urls-per-file", type=int, default=50, help="URLs in each file")
     parser.add_argument("--chain", type=int, default=200, help="URL-list files of the larger blacklist of part 2")
+    parser.add_argument("--big-list", type=int, default=20_000_000, help="URLs in the one list of part 3")
+    parser.add_argument("--urls-per-shard", type=int, nargs="+", default=[10_000, 50_000],
+                        help="unit sizes part 3 cuts the list into")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}")
 
@@ -78,10 +103,23 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|")
         base = None
         for files in args.files:
-            tasks, seconds = walk(write_run(Path(tmp) / f"graph-{files}", files, args.urls_per_file))
+            tasks, seconds, _ = walk(write_run(Path(tmp) / f"graph-{files}", files, args.urls_per_file))
             per_task = 1000 * seconds / tasks
             base = base or per_task
             print(f"| {files} | {tasks} | {seconds:.2f} | {per_task:.2f} | {per_task / base:.2f} |")
+
+        print(f"\n## One URL list of {args.big_list:,} URLs (a fresh process each, as `textmill status`)\n")
+        print("| urls_per_shard | units | tasks | seconds, list not yet cut | seconds, cut cached | largest RSS MB "
+              "| ms per task | ratio per task |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for per_shard in args.urls_per_shard:
+            config = write_big_run(Path(tmp) / "big", args.big_list, per_shard)
+            env = {**os.environ, "TEXTMILL_CACHE": str(Path(tmp) / f"cache-{per_shard}")}
+            tasks, cold, _ = walk(config, env)
+            tasks, warm, rss = walk(config, env)
+            units = -(-args.big_list // per_shard)
+            print(f"| {per_shard:,} | {units:,} | {tasks:,} | {cold:.2f} | {warm:.2f} | {rss} | "
+                  f"{1000 * warm / tasks:.2f} | {1000 * warm / tasks / base:.2f} |")
 
         print(f"\n## Blacklist of URL-list files, {args.urls_per_file} URLs each (one process, every step)\n")
         print("| URL files | seconds | ms per file | ratio per file |")

@@ -154,9 +154,9 @@ def test_a_preset_in_the_run_file_puts_the_stage_between_clean_and_shuffle(tmp_p
     [shuffle] = set((work / "5-shuffle").iterdir()) - before[work / "5-shuffle"]
     assert json.loads((shuffle / ".task.json").read_text())["documents"] == sum(m["counts"]["kept"] for m in manifests)
     # `textmill quality` on the cleaned shards writes the same shards.
-    cleaned = sorted((work / "4-clean").glob("*/RS_?.parquet"))
+    cleaned = sorted((work / "4-clean").glob("*/RS_?-00000.parquet"))
     out = tmp_path / "command"
     r = run_cli("quality", *map(str, cleaned), "-o", str(out), "--preset", "gopher", "--min-words", "20")
     assert r.returncode == 0, r.stderr[-2000:]
-    for path in sorted(quality.glob("RS_?.parquet")):
+    for path in sorted(quality.glob("RS_?-00000.parquet")):
         assert (out / path.name).read_bytes() == path.read_bytes()

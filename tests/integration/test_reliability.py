@@ -92,7 +92,7 @@ def test_a_shard_of_the_wrong_kind_is_one_line_saying_what_it_holds(tmp_path):
     (tmp_path / "urls.txt").write_text("http://example.com/a-page.html\nhttp://example.org/another-page.html\n")
     assert run_cli("blacklist", str(tmp_path / "urls.txt"), "-o", str(tmp_path / "urls")).returncode == 0
     line = one_error_line(run_cli("dedup", str(tmp_path / "urls"), "-o", str(tmp_path / "x")))
-    assert "urls.parquet holds URL rows, not document rows" in line and "`textmill scrape`" in line
+    assert "urls-00000.parquet holds URL rows, not document rows" in line and "`textmill scrape`" in line
     assert_nothing_finished(tmp_path / "x")
     docs = some_docs(tmp_path / "docs.jsonl")
     assert run_cli("clean", str(docs), "-o", str(tmp_path / "clean"), "--min-tokens", "1").returncode == 0

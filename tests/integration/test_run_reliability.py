@@ -39,7 +39,7 @@ def test_damaged_records_are_reported_ignored_and_rebuilt(tmp_path, finished_run
 
     status = run_cli("status", str(config))
     no_traceback(status)
-    assert status.returncode == 0 and re.search(r"^pending +BlacklistShard\(RS_0\)", status.stdout, re.M)
+    assert status.returncode == 0 and re.search(r"^pending +BlacklistShard\(RS_0-00000\)", status.stdout, re.M)
     assert re.search(r"^pending +Shuffle\(\)", status.stdout, re.M)
     assert f"textmill: {manifest} is damaged (not a whole JSON object); its task will run again" in status.stderr
 

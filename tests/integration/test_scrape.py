@@ -25,13 +25,13 @@ def test_killed_scrape_resumes_without_refetching(tmp_path):
         cmd = [sys.executable, "-m", "textmill.cli", "scrape", str(shard), "-o", str(out),
                "--allow-private-addresses", "--concurrency", "2", "--extract-workers", "0"]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        journal = out / ".urls.journal.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count("\n") < 10):
+        deadline, journal = time.monotonic() + 60, None  # the journal of its one chunk
+        while time.monotonic() < deadline and (journal is None or journal.read_text().count("\n") < 10):
+            journal = next(out.glob(".urls-00000.chunk-00000-*.journal.jsonl"), None)
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert not (out / "urls.parquet").exists() and not (out / ".manifests" / "urls.json").exists()
+        assert not (out / "urls-00000.parquet").exists() and not (out / ".manifests" / "urls-00000.json").exists()
         done_before = {json.loads(line)["row"]["url"] for line in journal.read_text().splitlines() if line.endswith("}")}
         assert 10 <= len(done_before) < 40
         hits_before = dict(srv.hits)
@@ -44,7 +44,7 @@ def test_killed_scrape_resumes_without_refetching(tmp_path):
         path = url.removeprefix(base)
         assert srv.hits[path] == hits_before[path] == 1
     assert not journal.exists()
-    assert pq.read_table(out / "urls.parquet").column("url").to_pylist() == [base + p for p in web.url_paths]
+    assert pq.read_table(out / "urls-00000.parquet").column("url").to_pylist() == [base + p for p in web.url_paths]
 
 
 def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, small_web, server):
@@ -60,11 +60,11 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
     r = run_cli("extract", str(tmp_path / "news"), "-o", str(tmp_path / "again"), "--extractor", "trafilatura")
     assert r.returncode == 0, r.stderr
     assert server.hits == hits  # nothing fetched
-    for name in ("urls.parquet", ".rejects/urls.parquet"):
+    for name in ("urls-00000.parquet", ".rejects/urls-00000.parquet"):
         again = pq.read_table(tmp_path / "again" / name).drop_columns(["elapsed_s", "fetched_at"])
         assert again == pq.read_table(tmp_path / "traf" / name).drop_columns(["elapsed_s", "fetched_at"]), name
-    manifest = json.loads((tmp_path / "again" / ".manifests" / "urls.json").read_text())
+    manifest = json.loads((tmp_path / "again" / ".manifests" / "urls-00000.json").read_text())
     assert manifest["params"]["extractor"] == "trafilatura" and manifest["counts"]["input"] == len(paths)
     assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
     missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
-    assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls.parquet'}); scrape with --keep-html" in missing.stderr
+    assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls-00000.parquet'}); scrape with --keep-html" in missing.stderr

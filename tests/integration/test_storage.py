@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,3 +211,54 @@ def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_d
                     env={**os.environ, "TEXTMILL_CACHE": str(tmp_path / "other-machine")})
     assert again.returncode == 0 and "textmill dedup: " not in again.stderr  # no step ran again
     assert {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")} == written
+
+
+def test_a_scrape_resumed_on_another_machine_fetches_at_most_the_chunks_not_committed(s3, tmp_path, small_web):
+    """A scrape writing to the store is killed once two chunks of 5 URLs are committed; its machine's cache is
+    removed; a second machine (another cache) resumes: the pages of the committed chunks are not fetched
+    again, and the shard is the uninterrupted scrape's but for the fetch times."""
+    import pyarrow.parquet as pq
+
+    s3.mkdir("resume")
+    chunk, concurrency = 5, 2
+    flags = ["--allow-private-addresses", "--extract-workers", "0", "--concurrency", str(concurrency),
+             "--chunk-urls", str(chunk)]
+    with synthweb.serve(small_web, latency_s=0.05) as server:
+        base = synthweb.base_url(server)
+        (tmp_path / "urls.txt").write_text("".join(f"{base}{p}\n" for p in small_web.url_paths))
+        assert run_cli("blacklist", str(tmp_path / "urls.txt"), "-o", "s3://resume/urls").returncode == 0
+        alone = run_cli("scrape", "s3://resume/urls", "-o", str(tmp_path / "alone"), *flags)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+        hits = dict(server.hits)
+
+        first = {**os.environ, "TEXTMILL_CACHE": str(tmp_path / "first-machine")}
+        run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "scrape", "s3://resume/urls", "-o",
+                                "s3://resume/pages", *flags], env=first, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        deadline, committed = time.monotonic() + 120, []
+        while len(committed) < 2 and time.monotonic() < deadline:
+            s3.invalidate_cache()
+            committed = [k for k in s3.find("resume/pages") if "/.chunks/" in k]
+            time.sleep(0.02)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        assert 2 <= len(committed) < len(small_web.url_paths) // chunk, committed
+        assert not s3.exists("resume/pages/.manifests/urls-00000.json")
+        shutil.rmtree(tmp_path / "first-machine")
+        killed = {k: v - hits.get(k, 0) for k, v in server.hits.items()}
+
+        second = {**os.environ, "TEXTMILL_CACHE": str(tmp_path / "second-machine")}
+        resumed = run_cli("scrape", "s3://resume/urls", "-o", "s3://resume/pages", *flags, env=second)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        total = {k: v - hits.get(k, 0) for k, v in server.hits.items()}
+    again = sorted(k for k, n in total.items() if n > 1)
+    assert sum(killed.values()) >= len(committed) * chunk  # the kill came after two chunks
+    # Fetched twice: at most the URLs of the chunk open at the kill, and those in flight beyond it.
+    assert len(again) <= chunk + concurrency - 1, again
+    manifest = json.loads(s3.cat("resume/pages/.manifests/urls-00000.json"))
+    assert manifest["resumed"] >= len(committed) * chunk
+    assert not [k for k in s3.find("resume/pages") if "/.chunks/" in k]  # the finished shard holds them
+    for name in ("urls-00000.parquet", ".rejects/urls-00000.parquet"):
+        store.fetch(store.local_path(f"s3://resume/pages/{name}"))
+        ours = pq.read_table(store.local_path(f"s3://resume/pages/{name}")).drop_columns(["elapsed_s", "fetched_at"])
+        assert ours == pq.read_table(tmp_path / "alone" / name).drop_columns(["elapsed_s", "fetched_at"]), name

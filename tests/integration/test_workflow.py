@@ -82,15 +82,15 @@ def stage_commands_write_what_the_run_wrote(root: Path, work: Path) -> None:
 
     out = command("blacklist", [root / "urls"])
     same(run_files("1-blacklist", "RS_*.parquet"), out)
-    out = command("scrape", run_files("1-blacklist", "RS_?.parquet"), "--timeout-s", "1", "--allow-private-addresses",
+    out = command("scrape", run_files("1-blacklist", "RS_?-00000.parquet"), "--timeout-s", "1", "--allow-private-addresses",
                   "--extract-workers", "0", "--workers", "2")
     same(run_files("2-scrape", "RS_*.parquet"), out, exclude=("elapsed_s", "fetched_at"))
-    out = command("dedup", run_files("2-scrape", "RS_?.parquet"))
+    out = command("dedup", run_files("2-scrape", "RS_?-00000.parquet"))
     same(run_files("3-dedup", "RS_*.parquet"), out)
     assert (out / ".clusters.json").read_bytes() == run_files("3-dedup", ".clusters.json")[0].read_bytes()
-    out = command("clean", run_files("3-dedup", "RS_?.parquet"), "--min-tokens", "32")
+    out = command("clean", run_files("3-dedup", "RS_?-00000.parquet"), "--min-tokens", "32")
     same(run_files("4-clean", "RS_*.parquet"), out)
-    out = command("shuffle", run_files("4-clean", "RS_?.parquet"), "--num-shards", "2", "--seed", "1234")
+    out = command("shuffle", run_files("4-clean", "RS_?-00000.parquet"), "--num-shards", "2", "--seed", "1234")
     same(run_files("5-shuffle", "part-*.parquet"), out)
     out = command("decontaminate", run_files("5-shuffle", "part-?????.parquet"), "--eval-files", str(root / "eval.jsonl"))
     same(run_files("6-decontaminate", "part-*.parquet"), out)
@@ -145,11 +145,11 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     (blocked / "in-the-way").write_text("x")
     # A kill in the middle of scrape shard 2: as soon as it has fetched a page.
     victim = ScrapeShard(str(config), 2).output().shard
-    journal = victim.with_name(f".{victim.stem}.journal.jsonl")
     proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (journal.exists() and journal.stat().st_size > 0) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not any(
+            journal.stat().st_size > 0 for journal in victim.parent.glob(f".{victim.stem}.chunk-*.journal.jsonl")):
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -158,7 +158,7 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     ok, summary, record, folder = run_workflow(config)
     assert not ok and "ScrapeShard" in summary and not MergeDataset(str(config)).complete()
     # The failed run is recorded too: what failed, the stages it got through, a row in the results.
-    assert record["status"] == "failed" and "ScrapeShard(RS_1): IsADirectoryError" in record["failed"][0]
+    assert record["status"] == "failed" and "ScrapeShard(RS_1-00000): IsADirectoryError" in record["failed"][0]
     assert [s["stage"] for s in record["funnel"]] == ["blacklist"] and "corpus" not in record
     assert "IsADirectoryError" in (folder / "report.html").read_text()
     assert (tmp_path / "broken" / "work" / "results.tsv").read_text().splitlines()[-1].split("\t")[1] == "failed"
@@ -167,7 +167,7 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     assert "ScrapeShard" in failure.name and "IsADirectoryError" in failure.read_text()
     status = run_cli("status", str(config))
     assert status.returncode == 0
-    assert re.search(r"^failed +ScrapeShard\(RS_1\) +IsADirectoryError", status.stdout, re.M), status.stdout
+    assert re.search(r"^failed +ScrapeShard\(RS_1-00000\) +IsADirectoryError", status.stdout, re.M), status.stdout
     assert re.search(r"^pending +MergeDataset\(\)", status.stdout, re.M) and "1 failed" in status.stdout
     shutil.rmtree(blocked)
 
@@ -196,6 +196,37 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
         assert second[stage] - first[stage], stage
 
     # The same corpus as the run that had all three files from the start.
+    assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")
+
+
+def test_one_big_list_cut_into_units_gives_the_corpus_of_the_same_urls_in_files(tmp_path, site, finished_run):
+    """The finished run's three URL lists as ONE list, cut into units of a third of it: the same token files.
+    Lines appended to the list (the third's URLs, arriving later) are blacklisted, scraped and MinHashed as
+    a new unit alone: the earlier units' folders and signatures stay as they were."""
+    lists = sorted((finished_run.root / "urls").iterdir())
+    parts = [path.read_text() for path in lists]
+    size = parts[0].count("\n")
+    root = tmp_path / "one-list"
+    make_run(root, site)
+    for path in (root / "urls").iterdir():
+        path.unlink()
+    big = root / "urls" / "clean_urls.txt"
+    big.write_text(parts[0] + parts[1])
+    config = root / "run.toml"
+    config.write_text(config.read_text().replace("[scrape]", f"[blacklist]\nurls_per_shard = {size}\n[scrape]"))
+    assert run_workflow(config)[0]
+    first = folders(root / "work")
+    signatures = {p: p.stat().st_mtime_ns for p in (root / "work" / "3-minhash").rglob("*.parquet")}
+    assert sorted(p.name for p in (root / "work" / "2-scrape").rglob("*.parquet") if p.parent.name != ".rejects"
+                  and not p.parent.name.startswith(".")) == ["clean_urls-00000.parquet", "clean_urls-00001.parquet"]
+
+    with open(big, "a") as f:
+        f.write(parts[2])
+    assert run_workflow(config)[0]
+    second = folders(root / "work")
+    for stage in PER_URL_FILE:
+        assert len(second[stage] - first[stage]) == 1, stage  # the new unit's folder only
+    assert {p: p.stat().st_mtime_ns for p in signatures} == signatures
     assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")
 
 

@@ -16,7 +16,7 @@ def url_shard(tmp_path: Path, urls: list[str]) -> Path:
 
     (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
     run_stage("blacklist", [tmp_path / "urls.txt"], tmp_path / "bl", {"blacklist": BlacklistConfig()})
-    return tmp_path / "bl" / "urls.parquet"
+    return tmp_path / "bl" / "urls-00000.parquet"
 
 
 def shuffle_inputs(tmp_path: Path) -> list[Path]:

@@ -3,29 +3,28 @@
 Each URL line meets these checks in order; the first that fails is its reject reason:
 undecodable, too_short, malformed, bad_scheme, domain_blacklisted=<label>, extension_blacklisted=<ext>,
 duplicate. Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
-order changes from run to run), URLs are normalised before the duplicate check, and each input file
-becomes one output shard, so adding a file later leaves the shards of the earlier files untouched.
+order changes from run to run), URLs are normalised before the duplicate check, and each unit of an input
+list (textmill.pipeline.url_units: at most `urls_per_shard` lines) becomes one output shard, so a list
+added later leaves the shards of the earlier ones untouched.
 
-A URL kept from an earlier file (or earlier in its own) is a duplicate. That check is map/reduce, so that
-many workers share it and none holds every URL: `check_file` applies the rules to one file and sorts the
-ids that passed by the partition their hash falls in; `find_duplicates` goes through one partition of
-every file in file order, the first occurrence winning; `blacklist_shard` writes one file's shard with
-the duplicates the partitions found in it.
+A URL kept from an earlier unit (of its own list or an earlier one, or earlier in its own unit) is a
+duplicate: the first occurrence in file order wins. That check is map/reduce, so that many workers share
+it and none holds every URL: `check_unit` applies the rules to one unit and sorts the ids that passed by
+the partition their hash falls in; `find_duplicates` goes through one partition of every unit in order,
+the first occurrence winning; `blacklist_shard` writes one unit's shard with the duplicates the
+partitions found in it.
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import hashlib
 import ipaddress
 import itertools
-import lzma
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -34,14 +33,15 @@ import tldextract
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, read_json_record, write_json
-from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, safe_shard_name, write_table
+from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, write_table
 from textmill.pipeline.stage_configs import BlacklistConfig
+from textmill.pipeline.url_units import OPENERS, UrlUnit, read_unit_lines, url_list_name
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
 _TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+DUPLICATE_ROW_GROUP = 4096  # rows of a partition's duplicates per row group
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _TLD_LABEL = re.compile(r"^(?:[a-z]{2,63}|xn--[a-z0-9-]{2,59})$")
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 
 def _read_list(lines: Iterable[str]) -> list[str]:
@@ -145,28 +145,6 @@ def check_url(url: str, rules: UrlRules) -> tuple[str | None, str | None]:
     return normalized, None
 
 
-def read_url_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line) of a URL list: plain text, or .gz/.bz2/.xz compressed."""
-    opener = _OPENERS.get(path.suffix.lower(), open)
-    try:
-        with opener(path, "rb") as f:
-            for lineno, line in enumerate(f, 1):
-                yield lineno, line.rstrip(b"\r\n")
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise TextmillError(f"cannot read URL list {path}: {exc}") from None
-
-
-def url_list_shard_name(path: Path) -> str:
-    """RS_2011-01.bz2.deduped.txt -> RS_2011-01_bz2_deduped: one output shard per input file."""
-    name = path.name
-    for suffix in (".gz", ".bz2", ".xz"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-    if name.lower().endswith(".txt"):
-        name = name[:-4]
-    return safe_shard_name(name)
-
-
 def checked_record(checked: Path) -> Path:
     return checked.with_name(checked.name.removesuffix(".parquet") + ".json")
 
@@ -175,14 +153,14 @@ def partition_of(uid: str, partitions: int) -> int:
     return int(uid[:8], 16) % partitions  # ids are hex digests: their first bits are already uniform
 
 
-def check_file(path: Path, output: Path, rules: UrlRules, partitions: int) -> dict:
-    """Step 1, per URL list: every line checked against the rules, in input order, into `output` (URL rows
-    with their reject reason, if any; a repeat within the file is a duplicate already), then the ids that
+def check_unit(unit: UrlUnit, output: Path, rules: UrlRules, partitions: int) -> dict:
+    """Step 1, per unit: every line checked against the rules, in input order, into `output` (URL rows
+    with their reject reason, if any; a repeat within the unit is a duplicate already), then the ids that
     passed in a second file, sorted by the partition their id falls in (one row group each), then the
     record of both (written last). Returns the record."""
     rows, blank, seen = [], 0, set()
-    for lineno, raw in read_url_lines(path):
-        source = f"{path.name}:{lineno}"
+    for lineno, raw in read_unit_lines(unit):
+        source = f"{unit.path.name}:{lineno}"
         if not raw.strip():
             blank += 1  # not a record; counted in the manifest
             continue
@@ -213,7 +191,7 @@ def check_file(path: Path, output: Path, rules: UrlRules, partitions: int) -> di
                 writer.write_table(ids.slice(start, count), row_group_size=count)
                 groups[str(part)] = len(groups)
                 start += count
-    record = {"input": path.name, "rows": len(rows), "blank_lines": blank, "partitions": partitions,
+    record = {"input": unit.record(), "rows": len(rows), "blank_lines": blank, "partitions": partitions,
               "row_groups": groups}
     write_json(record, checked_record(output))
     return record
@@ -224,7 +202,7 @@ def ids_path(checked: Path) -> Path:
 
 
 def find_duplicates(checked_files: list[Path], partition: int, output: Path) -> int:
-    """Step 2, per partition: the URLs of this partition seen in an earlier file, as (file, position)
+    """Step 2, per partition: the URLs of this partition seen in an earlier unit, as (unit, position)
     rows sorted by both, into `output`. The first occurrence in file order wins. Memory: one partition's
     ids. Returns how many duplicates it found."""
     seen: set[str] = set()
@@ -244,29 +222,32 @@ def find_duplicates(checked_files: list[Path], partition: int, output: Path) -> 
             else:
                 seen.add(uid)
     order = sorted(range(len(files)), key=lambda k: (files[k], positions[k]))
-    write_table(pa.table({"file": pa.array([files[k] for k in order], pa.int32()),
-                          "position": pa.array([positions[k] for k in order], pa.int64())}), output)
+    # Small row groups: each unit's shard reads only its own rows, found by the groups' statistics.
+    with atomic_path(output) as tmp:
+        pq.write_table(pa.table({"unit": pa.array([files[k] for k in order], pa.int32()),
+                                 "position": pa.array([positions[k] for k in order], pa.int64())}),
+                       tmp, compression="zstd", row_group_size=DUPLICATE_ROW_GROUP)
     return len(files)
 
 
-def blacklist_shard(path: Path, checked: Path, number: int, duplicate_files: list[Path], output: Path,
-                    rules: UrlRules) -> dict:
-    """Step 3, per URL list: its shard, as one pass over every file would write it: the URLs that passed
-    the rules and were not seen in an earlier file are kept, in input order. Returns the manifest."""
+def blacklist_shard(checked: Path, number: int, duplicate_files: list[Path], output: Path, rules: UrlRules) -> dict:
+    """Step 3, per unit (number `number` of the run's): its shard, as one pass over every list would write
+    it: the URLs that passed the rules and were not seen in an earlier unit are kept, in input order.
+    Returns the manifest."""
     repeated = set()
     for part in duplicate_files:
-        table = pq.read_table(part, filters=[("file", "=", number)])
+        table = pq.read_table(part, filters=[("unit", "=", number)])
         repeated.update(table["position"].to_pylist())
     record = read_json_record(checked_record(checked), "check that URL list again")
     table = pq.read_table(checked)
-    with ShardOutput("blacklist", output, URL_SCHEMA, [path], rules.params()) as stage:
+    with ShardOutput("blacklist", output, URL_SCHEMA, [checked], rules.params()) as stage:
         for position, row in enumerate(table.to_pylist()):
             reason = row.pop("reason") or ("duplicate" if position in repeated else None)
             if reason:
                 stage.reject(row, reason)
             else:
                 stage.keep(row)
-        return stage.finish(table.num_rows, blank_lines=record["blank_lines"])
+        return stage.finish(table.num_rows, blank_lines=record["blank_lines"], unit=record["input"])
 
 
 def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
@@ -276,7 +257,7 @@ def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             found = sorted(
-                p for p in path.iterdir() if p.is_file() and re.search(r"\.(txt|gz|bz2|xz)$", p.name, re.I)
+                p for p in path.iterdir() if p.is_file() and p.name.lower().endswith((".txt", *OPENERS))
             )
             if not found:
                 raise TextmillError(f"no URL lists (*.txt, *.gz, *.bz2, *.xz) in directory {path}")
@@ -285,7 +266,7 @@ def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
             files.append(path)
         else:
             raise TextmillError(f"input not found: {path}")
-    names = [url_list_shard_name(p) for p in files]
+    names = [url_list_name(p) for p in files]
     clash = {n for n in names if names.count(n) > 1}
     if clash:
         raise TextmillError(f"two inputs map to the same shard name {sorted(clash)[0]!r}; rename one")

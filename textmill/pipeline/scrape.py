@@ -20,15 +20,17 @@ or trafilatura) in worker processes, so the event loop keeps fetching while page
 own hard deadline per page (`extract_timeout_s`): a worker that overruns is killed and replaced, and the
 page is rejected as `extraction_timeout`.
 
-Resumable: each finished URL (kept or rejected) is appended to a journal beside the output; a rerun after
-a crash re-fetches only URLs with no journal line. The shard is built from the journal in input order.
+Resumable, and bounded in memory whatever the shard's size: the URLs are read from the shard as they are
+fetched, and every `chunk_urls` of them are committed as a chunk (textmill.pipeline.scrape_chunks): a
+rerun after a crash fetches only URLs with no journal line on this machine, a rerun on another machine,
+which has only WORK, at most the chunks that were not committed. The shard is then written from the
+chunks, one at a time, in input order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import random
 import socket
 import time
@@ -39,12 +41,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
 import aiohttp
 import pyarrow as pa
+import pyarrow.parquet as pq
 from yarl import URL
 
 from textmill.errors import TextmillError
@@ -60,12 +63,14 @@ from textmill.pipeline.shards import (
     rejects_path,
     sidecar_path,
 )
+from textmill.pipeline.scrape_chunks import Chunks
 from textmill.pipeline.stage_configs import ScrapeConfig
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary()),
                          ("content_type", pa.string())])
+
 
 
 class BlockedAddress(OSError):
@@ -242,35 +247,16 @@ def looks_binary(body: bytes) -> bool:
     return control > len(head) // 20
 
 
-def _journal_path(output: Path) -> Path:
-    return output.with_name(f".{output.stem}.journal.jsonl")
-
-
-def _read_journal(path: Path) -> dict[str, dict]:
-    """Finished URLs from an earlier, interrupted run; a torn last line is ignored (and re-fetched)."""
-    done: dict[str, dict] = {}
-    if path.exists():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                done[entry["row"]["id"]] = entry
-    return done
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def _scrape_pending(
-    pending: list[dict], cfg: ScrapeConfig, pool: ExtractorPool | None, journal, fetched
+    queue: Iterator[tuple[int, dict]], cfg: ScrapeConfig, pool: ExtractorPool | None, chunks: Chunks, fetched
 ) -> None:
     resolver = GuardedResolver(cfg)
     connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout_s, sock_read=cfg.timeout_s)
-    queue: Iterator[dict] = iter(pending)
 
     async with aiohttp.ClientSession(
         connector=connector,
@@ -283,7 +269,7 @@ async def _scrape_pending(
         hosts = Hosts(session, resolver, cfg)
 
         async def worker() -> None:
-            for url_row in queue:
+            for position, url_row in queue:
                 started = time.perf_counter()
                 tries = 0
                 if cfg.robots_txt and not await hosts.allowed(url_row["url"]):
@@ -311,12 +297,11 @@ async def _scrape_pending(
                     row.update(fields)
                 row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
                 raw = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
-                journal.write(json.dumps({"row": row, "reason": reason, "html": raw, "charset": charset,
-                                          "content_type": got.content_type, "tries": tries}, ensure_ascii=False) + "\n")
-                journal.flush()
+                chunks.add(position, {"row": row, "reason": reason, "html": raw, "charset": charset,
+                                      "content_type": got.content_type, "tries": tries})
                 fetched.update(1)
 
-        await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(len(pending), 1)))))
+        await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
 
 
 def extracted(pool: ExtractorPool | None, url: str, body: bytes, content_type: str | None,
@@ -350,30 +335,32 @@ def extraction_pool(cfg: ScrapeConfig) -> Iterator[ExtractorPool | None]:
             pool.close()
 
 
-def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
+def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
+                 save_progress: Callable[[Path], None] = lambda chunk: None) -> dict:
     """Fetch and extract every URL of `url_shard` into the document shard `output`; returns its manifest.
+    Each finished chunk of `cfg.chunk_urls` URLs is handed to `save_progress` (the task commits it to WORK).
 
     The extractor runs as `extraction_pool` says."""
-    urls = list(read_rows(url_shard, columns=["id", "url"], kind="URL"))
-    journal_path = _journal_path(output)
+    total = pq.ParquetFile(url_shard).metadata.num_rows
     output.parent.mkdir(parents=True, exist_ok=True)
-    done = _read_journal(journal_path)
-    pending = [u for u in urls if u["id"] not in done]
-    with open(journal_path, "a", encoding="utf-8") as journal, progress(
-        total=len(urls), initial=len(urls) - len(pending), desc=f"scrape {url_shard.stem}", unit="url"
-    ) as fetched:
-        if pending:
-            with extraction_pool(cfg) as pool:
-                asyncio.run(_scrape_pending(pending, cfg, pool, journal, fetched))
-    done = _read_journal(journal_path)
+    chunks = Chunks(output, total, cfg, save_progress)
+    resumed = chunks.finished()
+    queue = ((n, row) for n, row in enumerate(read_rows(url_shard, columns=["id", "url"], kind="URL"))
+             if chunks.pending(n))
+    try:
+        with progress(total=total, initial=resumed, desc=f"scrape {url_shard.stem}", unit="url") as fetched:
+            if resumed < total:
+                with extraction_pool(cfg) as pool:
+                    asyncio.run(_scrape_pending(queue, cfg, pool, chunks, fetched))
+    finally:
+        chunks.close()
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
     try:
         with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
             charsets: Counter[str] = Counter()
             retried = 0
-            for url_row in urls:
-                entry = done[url_row["id"]]
+            for entry in chunks.entries():
                 retried += max(entry.get("tries", 1) - 1, 0)
                 if entry["reason"]:
                     stage.reject(entry["row"], entry["reason"])
@@ -382,18 +369,15 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig) -> dict:
                 if entry.get("charset"):
                     charsets[entry["charset"]] += 1
                 if html_writer and entry["html"] is not None:
-                    html_writer.write({"id": url_row["id"], "final_url": entry["row"]["final_url"],
+                    html_writer.write({"id": entry["row"]["id"], "final_url": entry["row"]["final_url"],
                                        "html": entry["html"].encode("latin-1"), "content_type": entry.get("content_type")})
             if html_writer:
                 html_writer.close()  # before the manifest: a finished shard has its HTML
-            manifest = stage.finish(len(urls), resumed=len(urls) - len(pending), charsets=dict(sorted(charsets.items())),
-                                    retries=retried)
+            return stage.finish(total, resumed=resumed, charsets=dict(sorted(charsets.items())), retries=retried)
     except BaseException:
         if html_writer:
             html_writer.abort()
         raise
-    journal_path.unlink()
-    return manifest
 
 
 def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:

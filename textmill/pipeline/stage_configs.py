@@ -28,6 +28,10 @@ class BlacklistConfig(StageConfig):
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")
     broader_lists: bool = setting(False, "also block textmill's broader lists (35 more media, shop and social sites; "
                                   "23 more file types) beside Megatron-LM's, which are the default")
+    urls_per_shard: int = setting(10_000, "lines of a URL list per unit of work: each list is cut into shards of at most "
+                                  "this many URLs (LIST-00042 is the 43rd), each blacklisted, scraped and "
+                                  "deduplicated by tasks of its own, so one big list is shared by many workers",
+                                  least=1)
     duplicate_partitions: int = setting(16, "partitions of the URL ids for the duplicate check, each a task of its own "
                                         "(does not change the output)", least=1, keyed=False)
 
@@ -35,6 +39,9 @@ class BlacklistConfig(StageConfig):
 @dataclass(frozen=True)
 class ScrapeConfig(StageConfig):
     concurrency: int = setting(32, "URLs fetched at once per shard (does not change the output)", least=1, keyed=False)
+    chunk_urls: int = setting(1000, "URLs per chunk of a shard's scrape: each finished chunk is committed to the work "
+                              "folder or store, so a scrape resumed on another machine fetches at most one chunk "
+                              "again (does not change the output)", least=1, keyed=False)
     extractor: Literal["newspaper", "trafilatura"] = setting(
         "trafilatura", "what finds a page's title and main text: newspaper3k (as OpenWebText was built) or trafilatura "
         "(finds more of the main text; benchmarks/README.md has both measured)")

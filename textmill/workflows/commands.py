@@ -31,7 +31,7 @@ from textmill.workflows.corpus_tasks import (
     ScrapeShard,
 )
 from textmill.workflows.framework import RunTask, graph, input_files, num_shards
-from textmill.workflows.memos import run_config
+from textmill.workflows.memos import forget, run_config
 from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, upgrade_work_layout, work_lock
 from textmill.workflows.shuffle_tasks import Decontaminate, Shuffle
 
@@ -49,6 +49,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
     `settings` (its table's settings, and the tables it also reads: "tokenize" for clean's exact token
     counts; the shuffle's seed is the run's seed) by `workers` Luigi workers; its kept shards left as
     `output_format` (place_kept)."""
+    forget()
     folder = resolve(str(output), Path.cwd())
     if output_format != "parquet" and url_of(folder) is not None:
         raise TextmillError(f"--output-format {output_format} writes a local folder, not {output}; write Parquet "

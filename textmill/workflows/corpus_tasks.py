@@ -4,10 +4,11 @@
       -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i)
       -> CleanShard(i) -> [QualityShard(i)]                        (then shuffle_tasks.py)
 
-A URL kept in an earlier list file is a duplicate in a later one (as `textmill blacklist` does): the check
-is map/reduce (BlacklistCheck per file, BlacklistDuplicates per partition of the URL ids), and
-BlacklistShard(i)'s key covers the files up to i: a list file added at the end leaves every earlier shard,
-its scrape and its MinHash signatures as they are.
+i is a unit of the input: at most [blacklist] urls_per_shard lines of a URL list (framework.input_units).
+A URL kept in an earlier unit is a duplicate in a later one (as `textmill blacklist` does): the check is
+map/reduce (BlacklistCheck per unit, BlacklistDuplicates per partition of the URL ids), and
+BlacklistShard(i)'s key covers the units up to i: a list added at the end, or lines added at the end of
+the last list, leave every earlier shard, its scrape and its MinHash signatures as they are.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import importlib
 import luigi
 
 from textmill.io.files import file_fingerprint
-from textmill.pipeline.shards import earlier_or_current, record_path, sidecar_path
+from textmill.pipeline.shards import earlier_or_current, manifest_path, record_path, sidecar_path
 from textmill.run_file import RunConfig
 from textmill.workflows.framework import (
     GivenFile,
     RunTask,
     ShardTask,
     given_or,
-    input_files,
+    input_units,
     key_of,
     num_shards,
     url_stamps,
@@ -40,20 +41,20 @@ def url_rules(settings: RunConfig):
 
 
 def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
-    """The key of every blacklist shard: a chain over the URL files, since a shard's output depends on
-    every file before it (computed in one pass; a task asking for its predecessor's key would recurse as
-    deep as there are files)."""
+    """The key of every blacklist shard: a chain over the units, since a shard's output depends on every
+    unit before it (computed in one pass; a task asking for its predecessor's key would recurse as deep as
+    there are units)."""
     if (settings, stamps) not in BLACKLIST_KEYS:
         keys, previous, params = [], None, url_rules(settings).params()
-        for path in input_files(settings):
-            previous = key_of("blacklist", previous, path.name, file_fingerprint(path)["sha256"], params)
+        for unit in input_units(settings):
+            previous = key_of("blacklist", previous, unit.name, unit.first_line, unit.sha256, params)
             keys.append(previous)
         BLACKLIST_KEYS[settings, stamps] = tuple(keys)
     return BLACKLIST_KEYS[settings, stamps]
 
 
 class BlacklistCheck(ShardTask):
-    """One URL list against the rules, and the ids that passed sorted by partition (map)."""
+    """One unit of a URL list against the rules, and the ids that passed sorted by partition (map)."""
 
     stage = "1-blacklist-check"
 
@@ -70,14 +71,15 @@ class BlacklistCheck(ShardTask):
         return ShardTarget(checked, checked_record(checked), files={"ids": ids_path(checked)})
 
     def make(self):
-        from textmill.pipeline.blacklist import check_file
+        from textmill.pipeline.blacklist import check_unit
 
-        check_file(self.input().local(), self.output().shard, url_rules(self.settings),
-                   self.settings.blacklist.duplicate_partitions)
+        given = self.input()
+        given.local()
+        check_unit(given.unit, self.output().shard, url_rules(self.settings), self.settings.blacklist.duplicate_partitions)
 
 
 class BlacklistDuplicates(RunTask):
-    """The URLs of one partition already seen in an earlier list file (reduce): the first occurrence wins."""
+    """The URLs of one partition already seen in an earlier unit (reduce): the first occurrence wins."""
 
     stage = "1-blacklist-duplicates"
     partition = luigi.IntParameter(description="partition of the URL ids")
@@ -97,15 +99,15 @@ class BlacklistDuplicates(RunTask):
 
 
 class BlacklistShard(ShardTask):
-    """One URL list's shard: what passed the rules and was not seen before it. Keyed by the list files up to
-    it (blacklist_keys), not by every partition's duplicates it reads, so a file added at the end leaves it
-    as it is."""
+    """One unit's shard: what passed the rules and was not seen before it. Keyed by the units up to it
+    (blacklist_keys), not by every partition's duplicates it reads, so a list added at the end leaves it as
+    it is."""
 
     stage = "1-blacklist"
 
     def requires(self):
         partitions = range(self.settings.blacklist.duplicate_partitions)
-        return {"urls": GivenFile(self.config, self.shard), "check": BlacklistCheck(self.config, self.shard),
+        return {"check": BlacklistCheck(self.config, self.shard),
                 "duplicates": [BlacklistDuplicates(self.config, p) for p in partitions]}
 
     def own_key(self) -> str:
@@ -115,8 +117,8 @@ class BlacklistShard(ShardTask):
         from textmill.pipeline.blacklist import blacklist_shard
 
         given = self.input()
-        blacklist_shard(given["urls"].local(), given["check"].local(), self.shard,
-                        [d.local() for d in given["duplicates"]], self.output().shard, url_rules(self.settings))
+        blacklist_shard(given["check"].local(), self.shard, [d.local() for d in given["duplicates"]],
+                        self.output().shard, url_rules(self.settings))
 
 
 class MapShard(ShardTask):
@@ -147,8 +149,20 @@ class MapShard(ShardTask):
 
 
 class ScrapeShard(MapShard):
+    """One unit's pages, its progress committed to WORK a chunk of URLs at a time (a scrape resumed on
+    another machine fetches at most a chunk again)."""
+
     stage, command, table, function = "2-scrape", "scrape", "scrape", "textmill.pipeline.scrape:scrape_shard"
     reads = BlacklistShard
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.scrape_chunks import chunks_folder
+
+        shard = super().target().shard
+        return ShardTarget(shard, manifest_path(shard), progress=chunks_folder(shard))
+
+    def arguments(self) -> tuple:
+        return (self.output().save_progress,)
 
 
 class ExtractShard(MapShard):

@@ -29,8 +29,9 @@ import luigi
 from textmill.io.files import file_fingerprint, write_json
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
-from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, run_config
-from textmill.workflows.targets import CommandOutput, ShardTarget, WorkTarget
+from textmill.pipeline.url_units import UrlUnit
+from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, listed_units, run_config
+from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
 
 
 def key_of(*parts) -> str:
@@ -51,14 +52,27 @@ def starts_with_url_lists(settings: RunConfig) -> bool:
 
 
 def input_files(settings: RunConfig) -> tuple[Path, ...]:
-    """The files the graph starts from, one shard each, in shard order: the URL lists of [run] urls (or the
-    shards given to a stage command), listed again only when an entry changes (every task asks, so
-    listing each time made the graph quadratic in the number of files)."""
+    """The files the graph starts from, in order: the URL lists of [run] urls (or the shards given to a
+    stage command), listed again only when an entry changes (every task asks, so listing each time made
+    the graph quadratic in the number of files)."""
     return listed_inputs(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings))
 
 
+def input_units(settings: RunConfig) -> tuple[UrlUnit | Path, ...]:
+    """The units of work the graph starts from, one shard each, in shard order: each URL list cut into
+    units of at most [blacklist] urls_per_shard lines (cut once per file and machine), or each shard given
+    to a stage command."""
+    return listed_units(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings),
+                        settings.blacklist.urls_per_shard)
+
+
 def num_shards(settings: RunConfig) -> int:
-    return len(input_files(settings))
+    return len(input_units(settings))
+
+
+def unit_name(unit: UrlUnit | Path) -> str:
+    """A unit's shard name in every stage: LIST-00042 for a unit of a URL list, a given shard's own name."""
+    return unit.name if isinstance(unit, UrlUnit) else shard_stem(unit)
 
 
 # The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
@@ -176,16 +190,12 @@ class RunTask(luigi.Task):
 
 
 class ShardTask(RunTask):
-    """A task per shard of the run's input (a URL list, or a shard given to a stage command)."""
+    """A task per shard of the run's input (a unit of a URL list, or a shard given to a stage command)."""
 
-    shard = luigi.IntParameter(description="shard number (position of its input file, in sorted order)")
+    shard = luigi.IntParameter(description="shard number (position of its input unit, in order)")
 
     def name(self) -> str:
-        """The shard's name in every stage: its URL list's name, or its given shard's."""
-        from textmill.pipeline.blacklist import url_list_shard_name
-
-        path = input_files(self.settings)[self.shard]
-        return url_list_shard_name(path) if starts_with_url_lists(self.settings) else shard_stem(path)
+        return unit_name(input_units(self.settings)[self.shard])
 
     def shown(self) -> str:
         return f"{self.task_family}({self.name()})"
@@ -196,22 +206,32 @@ class ShardTask(RunTask):
 
 
 class GivenFile(luigi.ExternalTask):
-    """Input file `shard` of the graph: a URL list of [run] urls, or a shard given to a stage command."""
+    """Input unit `shard` of the graph: lines of a URL list of [run] urls, or a shard given to a stage
+    command. Keyed by its own bytes: a line added to the end of a list changes no earlier unit's key."""
 
     config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
-    shard = luigi.IntParameter(description="position of the input file, in sorted order")
+    shard = luigi.IntParameter(description="position of the input unit, in order")
+
+    def unit(self) -> UrlUnit | Path:
+        return input_units(run_config(self.config))[self.shard]
 
     def path(self) -> Path:
-        return input_files(run_config(self.config))[self.shard]
+        unit = self.unit()
+        return unit.path if isinstance(unit, UrlUnit) else unit
 
     def key(self) -> str:
-        return file_fingerprint(self.path())["sha256"]
+        unit = self.unit()
+        if isinstance(unit, UrlUnit):  # its rows name their list and line: those are part of it too
+            return key_of(unit.name, unit.first_line, unit.sha256)
+        return file_fingerprint(unit)["sha256"]
 
     def output(self) -> ShardTarget:
-        return ShardTarget(self.path(), self.path())
+        unit = self.unit()
+        return UnitTarget(unit) if isinstance(unit, UrlUnit) else ShardTarget(unit, unit)
 
     def shown(self) -> str:
-        return f"{self.task_family}({self.path().name})"
+        unit = self.unit()
+        return f"{self.task_family}({unit.shown() if isinstance(unit, UrlUnit) else unit.name})"
 
 
 def given_or(command: str, task: ShardTask) -> ShardTask | GivenFile:

@@ -25,6 +25,15 @@ TASK_FOLDERS: dict[tuple, object] = {}
 BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
 
 
+def forget() -> None:
+    """Drop every memo: a run, a stage command or a status starts from the files as they are now (a URL
+    list changed in place, inside a folder whose own time did not change, is read again)."""
+    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS):
+        memo.clear()
+    for cached in (_read_config, listed_inputs, listed_units):
+        cached.cache_clear()
+
+
 def run_config(config: str) -> RunConfig:
     """The run's configuration, read again only when the file changes."""
     path = _resolved(config)
@@ -49,3 +58,13 @@ def listed_inputs(urls: tuple[Path, ...], stamps: tuple, url_lists: bool) -> tup
     from textmill.pipeline.shards import list_shards
 
     return tuple(url_list_files(urls) if url_lists else list_shards(urls))
+
+
+@functools.lru_cache(maxsize=8)
+def listed_units(urls: tuple[Path, ...], stamps: tuple, url_lists: bool, urls_per_shard: int) -> tuple:
+    """The units of work of the input files, listed again when listed_inputs would be: each URL list's
+    units (cut once per file and machine, textmill.pipeline.url_units), or the given shards themselves."""
+    from textmill.pipeline.url_units import url_units
+
+    files = listed_inputs(urls, stamps, url_lists)
+    return tuple(unit for path in files for unit in url_units(path, urls_per_shard)) if url_lists else files

@@ -24,7 +24,7 @@ from textmill.io.files import atomic_path, read_json_record, write_json
 from textmill.io.store import fetch, publish, remove, url_of
 from textmill.pipeline.shards import manifest_path, upgrade_layout
 from textmill.workflows.framework import RunTask, graph
-from textmill.workflows.memos import run_config
+from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
 
 FAILURES = ".textmill/failures"
@@ -204,6 +204,7 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
     report.html, work/report.html (the newest), and the results table of the last runs. Without a central
     scheduler the run holds WORK's lock (work_lock) throughout."""
     config = Path(config).resolve()
+    forget()
     if scheduler_url:
         return build_and_record(config, workers, {"scheduler_url": scheduler_url})
     work = run_config(str(config)).run.work_dir
@@ -237,6 +238,7 @@ def task_states(config: Path) -> list[dict]:
     """Every task of the run's graph, requirements first: its name (a shard task by its shard's name, as
     `ScrapeShard(RS_2019-01)`), state (done, failed or pending) and, for a failed one, the last failure
     recorded."""
+    forget()
     states = []
     for task in run_graph(config):
         state, reason = ("done" if task.complete() else "pending"), None

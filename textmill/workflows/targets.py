@@ -13,6 +13,7 @@ not named by a key): a key record there says which inputs and settings its files
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -20,9 +21,10 @@ import luigi
 
 from textmill.io.files import read_json, read_json_record, write_json
 from textmill.io.store import exists as store_exists
-from textmill.io.store import fetch, fetch_tree, publish, publish_tree, remove
+from textmill.io.store import fetch, fetch_tree, files_under, files_under_locally, publish, publish_tree, remove
 from textmill.megatron.indexed import data_file_path, index_file_path
 from textmill.pipeline.shards import earlier_or_current, shard_stem, sidecar_path
+from textmill.pipeline.url_units import UrlUnit
 
 
 class WorkTarget(luigi.Target):
@@ -81,9 +83,27 @@ class ShardTarget(WorkTarget):
     """One shard a task writes (or a file given to it) with its sidecars (rejects, kept HTML, a journal)
     and its done file (its manifest or record; for a given file, the file itself)."""
 
-    def __init__(self, shard: Path, done: Path, files: dict[str, Path] | None = None, pattern: str | None = None):
+    def __init__(self, shard: Path, done: Path, files: dict[str, Path] | None = None, pattern: str | None = None,
+                 progress: Path | None = None):
         super().__init__(shard.parent, done, files)
         self.shard, self.pattern = shard, pattern or f"{shard_stem(shard)}.*"
+        self.progress = progress  # a folder of parts committed while the task runs (the scrape's chunks)
+
+    def begin(self) -> None:
+        """Resume where a task stopped, on any machine: the parts it committed made current here."""
+        if self.progress:
+            fetch_tree(self.progress)
+
+    def save_progress(self, part: Path) -> None:
+        """Commit one part of the task's progress (a file under `progress`) now, before the task ends."""
+        publish([part])
+
+    def commit(self) -> None:
+        super().commit()
+        if self.progress:  # the finished shard holds what the parts held
+            for part in {*files_under(self.progress), *files_under_locally(self.progress)}:
+                remove(part)
+            shutil.rmtree(self.progress, ignore_errors=True)
 
     def exists(self) -> bool:
         return store_exists(self.shard) if self.done == self.shard else super().exists()
@@ -101,6 +121,14 @@ class ShardTarget(WorkTarget):
 
     def written(self) -> list[Path]:
         return written_as(self.folder, self.pattern, self.done)
+
+
+class UnitTarget(ShardTarget):
+    """A unit of a given URL list: the list, there when the file is, and which of its lines are the unit."""
+
+    def __init__(self, unit: UrlUnit):
+        super().__init__(unit.path, unit.path)
+        self.unit = unit
 
 
 class ShardSet(WorkTarget):
@@ -213,6 +241,7 @@ class CommandOutput(luigi.Target):
 
     def begin(self) -> None:
         remove(self.key_record)
+        self.target.begin()
 
     def commit(self) -> None:
         self.target.commit()

@@ -66,13 +66,14 @@ def test_files_compressed_duplicates_and_order(tmp_path):
         f.write("https://example.com/5\n")
     manifests = run_stage("blacklist", [tmp_path / "in"], tmp_path / "out",
                           {"blacklist": BlacklistConfig(duplicate_partitions=3)}).manifests
-    assert [m["output"] for m in manifests] == ["a.parquet", "b.parquet", "c.parquet", "d.parquet"]
-    assert pq.read_table(tmp_path / "out" / "a.parquet").column("url").to_pylist() == [
+    assert [m["output"] for m in manifests] == ["a-00000.parquet", "b-00000.parquet", "c-00000.parquet",
+                                                "d-00000.parquet"]
+    assert pq.read_table(tmp_path / "out" / "a-00000.parquet").column("url").to_pylist() == [
         "https://example.com/1",
         "https://example.com/2",
     ]
-    assert pq.read_table(tmp_path / "out" / "b.parquet").column("url").to_pylist() == ["https://example.com/3"]
-    rejects = pq.read_table(tmp_path / "out" / ".rejects" / "c.parquet").to_pylist()
+    assert pq.read_table(tmp_path / "out" / "b-00000.parquet").column("url").to_pylist() == ["https://example.com/3"]
+    rejects = pq.read_table(tmp_path / "out" / ".rejects" / "c-00000.parquet").to_pylist()
     assert rejects[0]["reason"] == "undecodable" and rejects[0]["source"] == "c.bz2:2"
     assert manifests[0]["counts"] == {"input": 4, "kept": 2, "rejected": 2, "output_rows": 2}
     assert manifests[0]["blank_lines"] == 1
@@ -102,10 +103,42 @@ def test_the_duplicate_check_is_the_same_with_any_number_of_partitions(tmp_path)
         run_stage("blacklist", [tmp_path / "in"], out, {"blacklist": BlacklistConfig(duplicate_partitions=partitions)})
         outputs[partitions] = {str(p.relative_to(out)): p.read_bytes() for p in [*out.glob("*.parquet"),
                                                                                 *out.glob(".rejects/*.parquet")]}
-        assert list_shards([out]) == [out / f"RS_{k}.parquet" for k in range(4)]  # the steps' files lie elsewhere
+        assert list_shards([out]) == [out / f"RS_{k}-00000.parquet" for k in range(4)]  # the steps' files lie elsewhere
     assert outputs[1] == outputs[3] == outputs[16] and len(outputs[1]) == 8
-    kept = [u for k in range(4) for u in pq.read_table(tmp_path / "p3" / f"RS_{k}.parquet").column("url").to_pylist()]
+    kept = [u for k in range(4) for u in pq.read_table(tmp_path / "p3" / f"RS_{k}-00000.parquet").column("url").to_pylist()]
     assert len(kept) == len(set(kept)) == len(set(lines[:270]))  # every distinct URL once, where it is first seen
+
+
+def rows_in_order(out, column: str) -> list:
+    """A column of every shard of a blacklist output, the shards in order, and of its rejects likewise."""
+    return [v for shard in list_shards([out]) for v in pq.read_table(shard).column(column).to_pylist()]
+
+
+@pytest.mark.parametrize("urls_per_shard", [1, 7, 50, 130])
+def test_a_list_cut_into_units_keeps_what_one_pass_over_it_keeps(tmp_path, urls_per_shard):
+    """Units of any size give the kept and rejected URLs of one unit a list, in the same order: the first
+    occurrence wins across units of one list and across lists; a unit never holds more lines than asked."""
+    lines = [f"https://site{i % 7}.example.com/page/{i % 40}" for i in range(120)] + ["", "ftp://x.org/a", "bad"]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "big.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "in" / "later.txt").write_text("https://site1.example.com/page/1\nhttps://new.example.com/\n")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_stage("blacklist", [tmp_path / "in"], whole, {"blacklist": BlacklistConfig(urls_per_shard=1000)})
+    manifests = run_stage("blacklist", [tmp_path / "in"], cut,
+                          {"blacklist": BlacklistConfig(urls_per_shard=urls_per_shard, duplicate_partitions=3)}).manifests
+    big_units = -(-len(lines) // urls_per_shard)
+    assert [m["output"] for m in manifests][: big_units + 1] == [f"big-{n:05d}.parquet" for n in range(big_units)] + [
+        "later-00000.parquet"]
+    assert all(m["counts"]["input"] + m["blank_lines"] <= urls_per_shard for m in manifests)
+    assert rows_in_order(cut, "url") == rows_in_order(whole, "url") == list(dict.fromkeys(lines[:120])) + [
+        "https://new.example.com/"]
+    rejects = [pq.read_table(p).to_pylist() for p in sorted((cut / ".rejects").glob("*.parquet"))]
+    whole_rejects = pq.read_table(whole / ".rejects" / "big-00000.parquet").to_pylist()
+    assert sorted((r["source"], r["reason"]) for unit in rejects for r in unit) == sorted(
+        (r["source"], r["reason"]) for r in [*whole_rejects, *pq.read_table(whole / ".rejects" / "later-00000.parquet").to_pylist()])
+    first = manifests[0]["unit"]
+    assert first == {"list": "big.txt", "number": 0, "first_line": 1, "lines": min(urls_per_shard, len(lines)),
+                     "sha256": first["sha256"]}
 
 
 # -- fidelity to Megatron-LM's blacklist_urls.py ----------------------------------------------------------
@@ -191,7 +224,7 @@ def test_the_kept_urls_are_megatrons_but_for_the_documented_differences(tmp_path
     lines = varied_urls()
     (tmp_path / "urls.txt").write_text("\n".join(lines) + "\n")
     run_stage("blacklist", [tmp_path / "urls.txt"], tmp_path / "out", {"blacklist": BlacklistConfig()})
-    ours = pq.read_table(tmp_path / "out" / "urls.parquet").column("url").to_pylist()
+    ours = pq.read_table(tmp_path / "out" / "urls-00000.parquet").column("url").to_pylist()
     theirs = megatron_kept(lines)
     for url, why in DELIBERATE.items():  # each differs, as said
         assert (url in theirs) != (normalize_url(url)[0] in ours), why

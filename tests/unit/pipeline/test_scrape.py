@@ -22,6 +22,7 @@ from textmill.errors import TextmillError
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.extract import extract
 from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
+from textmill.pipeline.scrape_chunks import chunk_path, settings_tag
 
 FAST = ScrapeConfig(timeout_s=2.0, allow_private_addresses=True, max_bytes=1_000_000, concurrency=8, extract_workers=0,
                     retries=0, per_host_concurrency=8)
@@ -322,3 +323,68 @@ def test_transient_failures_are_retried_hosts_are_spared_and_robots_txt_is_heede
     assert tries["/busy"][1] - tries["/busy"][0] >= 1.0  # Retry-After waited for
     assert state["most"] == 2  # one host, at most per_host_concurrency at once (of 8 workers)
     assert manifest["retries"] == 2 + 1 + 2
+
+
+def without_times(path: Path) -> pa.Table:
+    return pq.read_table(path).drop_columns(["elapsed_s", "fetched_at"])
+
+
+def article_shard(tmp_path: Path, server, count: int) -> Path:
+    base = synthweb.base_url(server)
+    return url_shard(tmp_path, [f"{base}/article/{i}.html" for i in range(count)])
+
+
+def test_a_scrape_commits_each_chunk_and_writes_the_shard_one_chunk_would(tmp_path, server):
+    shard = article_shard(tmp_path, server, 10)
+    saved = []
+    manifest = scrape_shard(shard, tmp_path / "chunked" / "urls.parquet", ScrapeConfig(**{**FAST.__dict__, "chunk_urls": 3}),
+                            saved.append)
+    scrape_shard(shard, tmp_path / "whole" / "urls.parquet", FAST)
+    assert sorted(p.name.split("-")[0] for p in saved) == ["00000", "00001", "00002", "00003"]
+    assert [pq.read_table(p).num_rows for p in sorted(saved)] == [3, 3, 3, 1]
+    assert manifest["counts"]["input"] == 10 and manifest["resumed"] == 0
+    for name in ("urls.parquet", ".rejects/urls.parquet"):
+        assert without_times(tmp_path / "chunked" / name) == without_times(tmp_path / "whole" / name)
+    assert not list((tmp_path / "chunked").glob(".*.journal.jsonl"))
+
+
+def test_a_scrape_resumed_from_the_committed_chunks_alone_fetches_only_the_rest(tmp_path, server):
+    """Another machine has only what was committed (two chunks of three): it fetches the other four URLs."""
+    shard = article_shard(tmp_path, server, 10)
+    cfg = ScrapeConfig(**{**FAST.__dict__, "chunk_urls": 3, "concurrency": 1})
+    committed = []
+
+    def crash_after_two(chunk: Path) -> None:
+        committed.append(chunk.read_bytes())
+        if len(committed) == 2:
+            raise KeyboardInterrupt  # the machine is gone
+    with pytest.raises(KeyboardInterrupt):
+        scrape_shard(shard, tmp_path / "lost" / "urls.parquet", cfg, crash_after_two)
+    other = tmp_path / "other" / "urls.parquet"
+    for n, data in enumerate(committed):  # what the task fetches from WORK before it resumes
+        chunk_path(other, n, settings_tag(cfg)).parent.mkdir(parents=True, exist_ok=True)
+        chunk_path(other, n, settings_tag(cfg)).write_bytes(data)
+    before = dict(server.hits)
+    manifest = scrape_shard(shard, other, cfg)
+    fetched = sorted(k for k, v in server.hits.items() if v != before.get(k))
+    assert fetched == [f"/article/{i}.html" for i in range(6, 10)] and manifest["resumed"] == 6
+    scrape_shard(shard, tmp_path / "whole" / "urls.parquet", FAST)
+    assert without_times(other) == without_times(tmp_path / "whole" / "urls.parquet")
+
+
+def test_a_journal_line_torn_by_a_crash_is_fetched_again_not_lost(tmp_path, server):
+    shard = article_shard(tmp_path, server, 4)
+    out = tmp_path / "sc" / "urls.parquet"
+    cfg = ScrapeConfig(**{**FAST.__dict__, "concurrency": 1})
+    first = tmp_path / "first" / "urls.parquet"
+    scrape_shard(shard, first, cfg, lambda chunk: None)
+    entries = pq.read_table(chunk_path(first, 0, settings_tag(cfg))).column("entry").to_pylist()
+    out.parent.mkdir(parents=True)
+    journal = out.with_name(f".urls.chunk-00000-{settings_tag(cfg)}.journal.jsonl")  # what a crash left
+    journal.write_text(entries[0] + "\n" + entries[1][: len(entries[1]) // 2])  # the second line torn
+    before = dict(server.hits)
+    manifest = scrape_shard(shard, out, cfg)
+    assert sorted(k for k, v in server.hits.items() if v != before.get(k)) == ["/article/1.html", "/article/2.html",
+                                                                               "/article/3.html"]
+    assert manifest["resumed"] == 1 and manifest["counts"]["input"] == 4
+    assert without_times(out) == without_times(first)

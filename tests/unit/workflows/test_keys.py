@@ -76,6 +76,35 @@ def test_a_url_list_added_at_the_end_keeps_the_earlier_shards_keys(tmp_path):
                                     "MergeDataset"]
 
 
+def big_list_run(root: Path, lines: list[str], urls_per_shard: int) -> str:
+    """A run file with one URL list of `lines`, cut `urls_per_shard` a unit."""
+    (root / "urls").mkdir(parents=True, exist_ok=True)
+    (root / "urls" / "clean_urls.txt").write_text("".join(f"{line}\n" for line in lines))
+    config = write_config(root, **SETTINGS)
+    config.write_text(config.read_text().replace("[scrape]", f"[blacklist]\nurls_per_shard = {urls_per_shard}\n[scrape]"))
+    return str(config)
+
+
+def unit_keys(config: str) -> list[str]:
+    from textmill.workflows.framework import num_shards
+    from textmill.workflows.memos import run_config
+
+    return [ScrapeShard(config, i).key() for i in range(num_shards(run_config(config)))]
+
+
+def test_one_big_list_is_as_many_shards_as_its_units_and_lines_added_to_it_keep_the_earlier_keys(tmp_path):
+    urls = [f"http://127.0.0.1:9/article/{i}.html" for i in range(45)]
+    base = unit_keys(big_list_run(tmp_path / "base", urls[:25], 10))
+    assert len(base) == 3 and len(set(base)) == 3
+    assert [ScrapeShard(big_list_run(tmp_path / "base", urls[:25], 10), i).name() for i in range(3)] == [
+        "clean_urls-00000", "clean_urls-00001", "clean_urls-00002"]
+    grown = unit_keys(big_list_run(tmp_path / "grown", urls, 10))
+    assert grown[:2] == base[:2] and grown[2] != base[2] and len(grown) == 5  # the last unit grew, two are new
+    edited = unit_keys(big_list_run(tmp_path / "edited", urls[:12] + ["http://127.0.0.1:9/other.html"] + urls[13:25], 10))
+    assert edited[0] == base[0] and edited[1] != base[1] and edited[2] != base[2]  # a first occurrence may move
+    assert len(unit_keys(big_list_run(tmp_path / "fine", urls, 1))) == 45
+
+
 def trained_key(root: Path, *train_lines: str) -> str:
     """The trained model's key for a run whose [train] table holds `train_lines`, in that order."""
     config = Path(run_folder(root, train="true"))

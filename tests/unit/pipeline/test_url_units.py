@@ -1,0 +1,76 @@
+"""URL lists cut into units: every line in exactly one unit, in order, whatever the unit size, block size,
+line ends or compression; a unit's hash changes only with its own lines."""
+
+import bz2
+import gzip
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from textmill.errors import TextmillError
+from textmill.pipeline import url_units as units_module
+from textmill.pipeline.url_units import cut_url_list, read_unit_lines, url_units
+
+LINE = st.sampled_from(["https://a.example.com/1", "", "\r", "x\ry", "http://b.example.org/p?q=1", " "])
+
+
+def one_pass(data: bytes) -> list[tuple[int, bytes]]:
+    """(line number, line) as reading the whole list line by line gives them."""
+    lines = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        lines.pop()
+    return [(n, line.rstrip(b"\r")) for n, line in enumerate(lines, 1)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(LINE, max_size=40), end=st.sampled_from(["", "\n", "\r\n"]), size=st.integers(1, 8),
+       block=st.sampled_from([1, 3, 7, 1 << 20]), compression=st.sampled_from(["", ".gz", ".bz2"]))
+def test_units_hold_every_line_once_in_order(tmp_path_factory, lines, end, size, block, compression):
+    data = "\n".join(lines).encode() + end.encode() if lines else end.encode()
+    path = tmp_path_factory.mktemp("units") / f"list.txt{compression}"
+    path.write_bytes({"": lambda d: d, ".gz": gzip.compress, ".bz2": bz2.compress}[compression](data))
+    original, units_module._BLOCK = units_module._BLOCK, block
+    try:
+        units = cut_url_list(path, size)
+    finally:
+        units_module._BLOCK = original
+    assert [line for unit in units for line in read_unit_lines(unit)] == one_pass(data)
+    assert [u.number for u in units] == list(range(len(units))) and units
+    assert all(u.lines == size for u in units[:-1]) and units[-1].lines <= size
+    assert [u.first_line for u in units] == [1 + k * size for k in range(len(units))]
+
+
+def test_lines_added_at_the_end_change_only_the_last_unit_and_add_new_ones(tmp_path):
+    path = tmp_path / "clean_urls.txt"
+    path.write_text("".join(f"https://example.com/{i}\n" for i in range(25)))
+    before = cut_url_list(path, 10)
+    path.write_text("".join(f"https://example.com/{i}\n" for i in range(32)))
+    after = cut_url_list(path, 10)
+    assert [u.name for u in after] == ["clean_urls-00000", "clean_urls-00001", "clean_urls-00002", "clean_urls-00003"]
+    assert after[:2] == before[:2]
+    assert after[2].sha256 != before[2].sha256 and after[2].lines == 10 and after[3].lines == 2
+
+
+def test_a_cut_is_remembered_on_disk_and_made_again_when_the_file_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEXTMILL_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "urls.txt"
+    path.write_text("https://example.com/1\nhttps://example.com/2\n")
+    first = url_units(path, 1)
+    units_module._units.cache_clear()  # another process: only the file on disk remembers
+    cuts = []
+    monkeypatch.setattr(units_module, "cut_url_list", lambda *a: cuts.append(a) or ())
+    assert url_units(path, 1) == first and not cuts
+    path.write_text("https://example.com/1\n")
+    units_module._units.cache_clear()
+    url_units(path, 1)
+    assert len(cuts) == 1
+
+
+def test_a_list_changed_after_it_was_cut_is_one_error(tmp_path):
+    path = tmp_path / "urls.txt"
+    path.write_text("https://example.com/1\nhttps://example.com/2\n")
+    unit = cut_url_list(path, 1)[1]
+    path.write_text("https://example.com/1\nhttps://example.com/3\n")
+    with pytest.raises(TextmillError, match="changed while it was being read"):
+        list(read_unit_lines(unit))
