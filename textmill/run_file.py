@@ -22,6 +22,7 @@ from textmill.pipeline.stage_configs import (
     CleanConfig,
     DecontaminateConfig,
     DedupConfig,
+    InputConfig,
     QualityConfig,
     ScrapeConfig,
     ShuffleConfig,
@@ -98,6 +99,7 @@ class Table(NamedTuple):
 # Every table, in the order the example shows them. [train] is TrainSection's keys and TrainConfig's.
 TABLES = {
     "run": Table(RunSection),
+    "input": Table(InputConfig),
     "blacklist": Table(BlacklistConfig),
     "scrape": Table(ScrapeConfig),
     "dedup": Table(DedupConfig),
@@ -138,6 +140,7 @@ def example_config() -> str:
 class RunConfig:
     path: Path
     run: RunSection = field(default_factory=RunSection)
+    input: InputConfig = field(default_factory=InputConfig)
     blacklist: BlacklistConfig = field(default_factory=BlacklistConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)

@@ -15,6 +15,7 @@ from textmill.pipeline.stage_configs import (
     CleanConfig,
     DecontaminateConfig,
     DedupConfig,
+    InputConfig,
     QualityConfig,
     ScrapeConfig,
     ShuffleConfig,
@@ -31,6 +32,8 @@ def run_command(args, stage: str, settings: dict) -> tuple:
 
     if args.workers < 1:
         raise TextmillError(f"--workers must be at least 1, not {args.workers}")
+    if hasattr(args, "documents_per_shard"):  # how the given files are cut into units of work
+        settings = {**settings, "input": from_namespace(InputConfig, args)}
     timer = Timer()
     result = run_stage(stage, args.inputs, args.output, settings, args.workers, getattr(args, "output_format", "parquet"))
     summary = stage_summary(stage, result.manifests, resolve(args.output, Path.cwd()), timer.seconds)
@@ -108,12 +111,16 @@ def add_parsers(sub) -> None:
                            "\"metadata\"}, textmill's other columns in the metadata). The next stage reads either; "
                            "switching back and forth runs nothing again")
         add_arguments(p, config, **options)
+        if name not in ("blacklist", "extract"):  # a URL list is cut by --urls-per-shard; a crawl's HTML lies beside it
+            add_arguments(p, InputConfig)
         return p
 
-    docs = "document shards (Parquet from an earlier stage, or loose JSON lines with a 'text' field), or directories of them"
+    docs = ("document shards (Parquet from an earlier stage, or loose JSON lines with a 'text' field), or directories of "
+            "them; a file of more than --documents-per-shard documents is cut into units of that many")
 
     p = stage("blacklist", "Filter URL lists: malformed, non-http(s), too short, blacklisted domain or extension, duplicate.",
-              "URL lists (.txt, .gz, .bz2, .xz; one URL a line) or directories of them; each file becomes one shard",
+              "URL lists (.txt, .gz, .bz2, .xz; one URL a line) or directories of them; each is cut into shards of "
+              "at most --urls-per-shard URLs",
               BlacklistConfig, help_for={"domain_blacklist": "a file of extra domain labels to block, one a line (adds to "
                                      "the bundled list; repeatable)",
                                      "extension_blacklist": "a file of extra file extensions to block, one a line (adds "

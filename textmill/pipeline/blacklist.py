@@ -4,7 +4,7 @@ Each URL line meets these checks in order; the first that fails is its reject re
 undecodable, too_short, malformed, bad_scheme, domain_blacklisted=<label>, extension_blacklisted=<ext>,
 duplicate. Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
 order changes from run to run), URLs are normalised before the duplicate check, and each unit of an input
-list (textmill.pipeline.url_units: at most `urls_per_shard` lines) becomes one output shard, so a list
+list (textmill.pipeline.units: at most `urls_per_shard` lines) becomes one output shard, so a list
 added later leaves the shards of the earlier ones untouched.
 
 A URL kept from an earlier unit (of its own list or an earlier one, or earlier in its own unit) is a
@@ -35,7 +35,7 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, read_json_record, write_json
 from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, write_table
 from textmill.pipeline.stage_configs import BlacklistConfig
-from textmill.pipeline.url_units import OPENERS, UrlUnit, read_unit_lines, url_list_name
+from textmill.pipeline.units import OPENERS, LineUnit, read_unit_lines, url_list_name
 
 # The bundled public-suffix snapshot, never fetched: runs must work offline.
 _TLD = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -153,7 +153,7 @@ def partition_of(uid: str, partitions: int) -> int:
     return int(uid[:8], 16) % partitions  # ids are hex digests: their first bits are already uniform
 
 
-def check_unit(unit: UrlUnit, output: Path, rules: UrlRules, partitions: int) -> dict:
+def check_unit(unit: LineUnit, output: Path, rules: UrlRules, partitions: int) -> dict:
     """Step 1, per unit: every line checked against the rules, in input order, into `output` (URL rows
     with their reject reason, if any; a repeat within the unit is a duplicate already), then the ids that
     passed in a second file, sorted by the partition their id falls in (one row group each), then the

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from textmill.io.files import is_loose_json, iter_json_lines
 from textmill.pipeline.blacklist import url_id
 from textmill.pipeline.shards import DOC_SCHEMA, holds_records, read_rows, shard_kind
+from textmill.pipeline.units import unit_origin
 
 OWN_FIELDS = ("id", "text", "metadata")  # every other column may come from a record's fields or metadata
 _BLANK = dict.fromkeys(DOC_SCHEMA.names)
@@ -32,16 +33,17 @@ def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
     A loose JSON line that is not valid UTF-8 JSON, or a record without a string "text", becomes a reject
     that names its line, never a silent skip. A record's id is its "id" field, else one derived from its
     URL, else "<file>:<line>"."""
+    name, first = unit_origin(path)  # a unit cut from a bigger file names its records as that file does
     if is_loose_json(path):
         for lineno, raw, obj, reason in iter_json_lines(path):
-            where = f"{path.name}:{lineno}"
+            where = f"{name}:{lineno + first - 1}"
             if reason:
                 yield {**_BLANK, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
             else:
                 yield document_row(obj, where)
     elif is_foreign_parquet(path):
-        for number, record in enumerate(read_rows(path), 1):
-            yield document_row(record, f"{path.name}:{number}")
+        for number, record in enumerate(read_rows(path), first):
+            yield document_row(record, f"{name}:{number}")
     else:
         for row in read_rows(path, kind="document"):
             yield row, None

@@ -34,14 +34,15 @@ import ipaddress
 import random
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from itertools import chain
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
@@ -388,26 +389,49 @@ def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:
     if not html_file.exists():
         raise TextmillError(f"{scraped} has no kept HTML ({html_file}); scrape with --keep-html to extract "
                             "again without fetching")
-    pages = {page["id"]: page for page in read_rows(html_file)}
-    rows = [(row, None) for row in read_rows(scraped, kind="document")]
-    rows += [({k: v for k, v in row.items() if k != "reason"}, row["reason"]) for row in read_rows(earlier_or_current(rejects_path(scraped)))]
+    with_html = set(pq.read_table(html_file, columns=["id"]).column("id").to_pylist())
 
-    def again(item: tuple[dict, str | None]) -> tuple[dict, str | None, str | None]:
-        row, reason = item
-        page = pages.get(row["id"])
+    def with_pages(rows: Iterator[tuple[dict, str | None]]) -> Iterator[tuple[dict, str | None, dict | None]]:
+        """Each row with its kept page, if any: the pages were written in input order, as the kept rows and
+        the rejects each are, so one pass over them serves each (never every page in memory)."""
+        pages = read_rows(html_file)
+        for row, reason in rows:
+            yield row, reason, next(p for p in pages if p["id"] == row["id"]) if row["id"] in with_html else None
+
+    kept = ((row, None) for row in read_rows(scraped, kind="document"))
+    rejected = (({k: v for k, v in row.items() if k != "reason"}, row["reason"])
+                for row in read_rows(earlier_or_current(rejects_path(scraped))))
+
+    def again(item: tuple[dict, str | None, dict | None]) -> tuple[dict, str | None, str | None]:
+        row, reason, page = item
         if page is None:
             return row, reason, None
         fields, reason, charset = extracted(pool, page["final_url"], page["html"], page.get("content_type"), cfg.extractor)
         return {**row, **fields}, reason, charset
 
-    with extraction_pool(cfg) as pool, ThreadPoolExecutor(max(cfg.extract_workers, 1)) as threads, \
+    workers = max(cfg.extract_workers, 1)
+    with extraction_pool(cfg) as pool, ThreadPoolExecutor(workers) as threads, \
             ShardOutput("extract", output, DOC_SCHEMA, [scraped, html_file], cfg.params()) as stage:
         charsets: Counter[str] = Counter()
-        for row, reason, charset in threads.map(again, rows):
+        count = 0
+        for row, reason, charset in ordered_map(threads, again, chain(with_pages(kept), with_pages(rejected)),
+                                                4 * workers):
+            count += 1
             if charset:
                 charsets[charset] += 1
             if reason:
                 stage.reject(row, reason)
             else:
                 stage.keep(row)
-        return stage.finish(len(rows), charsets=dict(sorted(charsets.items())))
+        return stage.finish(count, charsets=dict(sorted(charsets.items())))
+
+
+def ordered_map(executor: ThreadPoolExecutor, function: Callable, items: Iterable, window: int) -> Iterator:
+    """`executor.map` with at most `window` items taken at a time (Executor.map takes them all at once)."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(executor.submit(function, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

@@ -23,6 +23,15 @@ class StageConfig(Settings):
 
 
 @dataclass(frozen=True)
+class InputConfig(StageConfig):
+    """How document files given to a stage command are cut into units of work."""
+
+    documents_per_shard: int = setting(10_000, "documents (JSON lines or Parquet rows) of a given file per unit of work: "
+                                       "a bigger file is cut into shards of at most this many (NAME-00042), each "
+                                       "a task of its own; a file no bigger is read in place", least=1)
+
+
+@dataclass(frozen=True)
 class BlacklistConfig(StageConfig):
     domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")

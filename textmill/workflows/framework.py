@@ -29,9 +29,14 @@ import luigi
 from textmill.io.files import file_fingerprint, write_json
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
-from textmill.pipeline.url_units import UrlUnit
+from textmill.pipeline.units import LineUnit, RowUnit
 from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, listed_units, run_config
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
+
+
+# A unit of work the graph starts from: lines of a URL list or of JSON lines, rows of a Parquet file, or a
+# whole file given to a stage command.
+Unit = LineUnit | RowUnit | Path
 
 
 def key_of(*parts) -> str:
@@ -58,21 +63,23 @@ def input_files(settings: RunConfig) -> tuple[Path, ...]:
     return listed_inputs(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings))
 
 
-def input_units(settings: RunConfig) -> tuple[UrlUnit | Path, ...]:
+def input_units(settings: RunConfig) -> tuple[Unit, ...]:
     """The units of work the graph starts from, one shard each, in shard order: each URL list cut into
-    units of at most [blacklist] urls_per_shard lines (cut once per file and machine), or each shard given
-    to a stage command."""
+    units of at most [blacklist] urls_per_shard lines (cut once per file and machine); each document file
+    given to a stage command cut into units of at most [input] documents_per_shard documents, or taken
+    whole when it is no bigger (and always by `textmill extract`, whose shards have their HTML beside)."""
+    per_document_unit = 0 if settings.command == "extract" else settings.input.documents_per_shard
     return listed_units(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings),
-                        settings.blacklist.urls_per_shard)
+                        settings.blacklist.urls_per_shard, per_document_unit)
 
 
 def num_shards(settings: RunConfig) -> int:
     return len(input_units(settings))
 
 
-def unit_name(unit: UrlUnit | Path) -> str:
-    """A unit's shard name in every stage: LIST-00042 for a unit of a URL list, a given shard's own name."""
-    return unit.name if isinstance(unit, UrlUnit) else shard_stem(unit)
+def unit_name(unit: Unit) -> str:
+    """A unit's shard name in every stage: NAME-00042 for a unit cut from a file, a whole given shard's own."""
+    return shard_stem(unit) if isinstance(unit, Path) else unit.name
 
 
 # The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
@@ -206,38 +213,67 @@ class ShardTask(RunTask):
 
 
 class GivenFile(luigi.ExternalTask):
-    """Input unit `shard` of the graph: lines of a URL list of [run] urls, or a shard given to a stage
-    command. Keyed by its own bytes: a line added to the end of a list changes no earlier unit's key."""
+    """Input unit `shard` of the graph: lines of a URL list of [run] urls, or a document file given to a
+    stage command, whole or a unit of it. A unit is keyed by its own bytes and where it lies (its rows name
+    their file and line): a line added to the end of a list changes no earlier unit's key."""
 
     config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
     shard = luigi.IntParameter(description="position of the input unit, in order")
 
-    def unit(self) -> UrlUnit | Path:
+    def unit(self) -> Unit:
         return input_units(run_config(self.config))[self.shard]
 
     def path(self) -> Path:
         unit = self.unit()
-        return unit.path if isinstance(unit, UrlUnit) else unit
+        return unit if isinstance(unit, Path) else unit.path
 
     def key(self) -> str:
         unit = self.unit()
-        if isinstance(unit, UrlUnit):  # its rows name their list and line: those are part of it too
-            return key_of(unit.name, unit.first_line, unit.sha256)
-        return file_fingerprint(unit)["sha256"]
+        return file_fingerprint(unit)["sha256"] if isinstance(unit, Path) else key_of(unit.shown(), unit.sha256)
 
     def output(self) -> ShardTarget:
         unit = self.unit()
-        return UnitTarget(unit) if isinstance(unit, UrlUnit) else ShardTarget(unit, unit)
+        return ShardTarget(unit, unit) if isinstance(unit, Path) else UnitTarget(unit)
 
     def shown(self) -> str:
         unit = self.unit()
-        return f"{self.task_family}({unit.shown() if isinstance(unit, UrlUnit) else unit.name})"
+        return f"{self.task_family}({unit.name if isinstance(unit, Path) else unit.shown()})"
 
 
-def given_or(command: str, task: ShardTask) -> ShardTask | GivenFile:
+class CutUnit(ShardTask):
+    """A unit of a document file given to a stage command, written as a file of its own in the file's
+    format (its lines, or its rows), which the stage's tasks read as they read a whole given file."""
+
+    stage = "0-units"
+
+    def requires(self):
+        return GivenFile(self.config, self.shard)
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.units import origin_path
+
+        suffix = ".jsonl" if isinstance(input_units(self.settings)[self.shard], LineUnit) else ".parquet"
+        unit_file = self.folder() / f"{self.name()}{suffix}"
+        return ShardTarget(unit_file, origin_path(unit_file), with_done=True)
+
+    def make(self):
+        from textmill.pipeline.units import write_unit
+
+        given = self.input()
+        given.local()
+        write_unit(given.unit, self.output().shard)
+
+
+def given_or(command: str, task: ShardTask) -> ShardTask | GivenFile | CutUnit:
     """What writes the shard a task reads: `task`, or, when the stage command `command` runs the reading
-    task's stage alone, the file it was given in its place."""
-    return GivenFile(task.config, task.shard) if run_config(task.config).command == command else task
+    task's stage alone, the file it was given in its place (a unit of it, cut)."""
+    return given_unit(task.config, task.shard) if run_config(task.config).command == command else task
+
+
+def given_unit(config: str, shard: int) -> GivenFile | CutUnit:
+    """Unit `shard` of a stage command's given files: the file itself, or the unit cut from it."""
+    whole = isinstance(input_units(run_config(config))[shard], Path)
+    return GivenFile(config, shard) if whole else CutUnit(config, shard)
 
 
 def graph(targets: list[luigi.Task]) -> list[luigi.Task]:

@@ -61,10 +61,15 @@ def listed_inputs(urls: tuple[Path, ...], stamps: tuple, url_lists: bool) -> tup
 
 
 @functools.lru_cache(maxsize=8)
-def listed_units(urls: tuple[Path, ...], stamps: tuple, url_lists: bool, urls_per_shard: int) -> tuple:
+def listed_units(urls: tuple[Path, ...], stamps: tuple, url_lists: bool, urls_per_shard: int,
+                 documents_per_shard: int) -> tuple:
     """The units of work of the input files, listed again when listed_inputs would be: each URL list's
-    units (cut once per file and machine, textmill.pipeline.url_units), or the given shards themselves."""
-    from textmill.pipeline.url_units import url_units
+    units, each given document file's (0: every file whole; textmill.pipeline.units)."""
+    from textmill.pipeline.units import document_units, url_units
 
     files = listed_inputs(urls, stamps, url_lists)
-    return tuple(unit for path in files for unit in url_units(path, urls_per_shard)) if url_lists else files
+    if url_lists:
+        return tuple(unit for path in files for unit in url_units(path, urls_per_shard))
+    if not documents_per_shard:
+        return files
+    return tuple(unit for path in files for unit in document_units(path, documents_per_shard))

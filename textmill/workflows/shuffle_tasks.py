@@ -19,7 +19,7 @@ from textmill.io.files import file_fingerprint
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
-from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, input_files, key_of, num_shards
+from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
 from textmill.workflows.memos import run_config
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
 
@@ -183,16 +183,20 @@ class Shuffle(PerShuffledShard):
         self.finish(documents=sum(m["counts"]["kept"] for m in manifests), shards=len(manifests), note=note)
 
 
-class GivenShards(luigi.ExternalTask):
-    """The shards given to `textmill decontaminate`, in the place of the shuffled corpus."""
+class GivenShards(luigi.Task):
+    """The shards given to `textmill decontaminate` (or the units cut from them), in the place of the
+    shuffled corpus: finished when they are all there."""
 
     config = luigi.Parameter(description="the stage command's file")
 
+    def requires(self):
+        return [given_unit(self.config, i) for i in range(num_shards(run_config(self.config)))]
+
     def key(self) -> str:
-        return key_of([GivenFile(self.config, i).key() for i in range(num_shards(run_config(self.config)))])
+        return key_of([given.key() for given in self.requires()])
 
     def output(self) -> ShardSet:
-        return ShardSet(None, None, list(input_files(run_config(self.config))))
+        return ShardSet(None, None, [given.output().shard for given in self.requires()])
 
 
 def shuffled(config: str) -> Shuffle | GivenShards:

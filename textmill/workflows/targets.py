@@ -24,7 +24,7 @@ from textmill.io.store import exists as store_exists
 from textmill.io.store import fetch, fetch_tree, files_under, files_under_locally, publish, publish_tree, remove
 from textmill.megatron.indexed import data_file_path, index_file_path
 from textmill.pipeline.shards import earlier_or_current, shard_stem, sidecar_path
-from textmill.pipeline.url_units import UrlUnit
+from textmill.pipeline.units import LineUnit, RowUnit
 
 
 class WorkTarget(luigi.Target):
@@ -84,10 +84,11 @@ class ShardTarget(WorkTarget):
     and its done file (its manifest or record; for a given file, the file itself)."""
 
     def __init__(self, shard: Path, done: Path, files: dict[str, Path] | None = None, pattern: str | None = None,
-                 progress: Path | None = None):
+                 progress: Path | None = None, with_done: bool = False):
         super().__init__(shard.parent, done, files)
         self.shard, self.pattern = shard, pattern or f"{shard_stem(shard)}.*"
         self.progress = progress  # a folder of parts committed while the task runs (the scrape's chunks)
+        self.with_done = with_done  # the done file is read with the shard (a cut unit's origin)
 
     def begin(self) -> None:
         """Resume where a task stopped, on any machine: the parts it committed made current here."""
@@ -112,6 +113,8 @@ class ShardTarget(WorkTarget):
         """The shard current on this machine, and the sidecars of kinds `sidecars` with it."""
         for kind in sidecars:
             fetch(earlier_or_current(sidecar_path(self.shard, kind)))
+        if self.with_done:
+            fetch(self.done)
         return fetch(self.shard)
 
     def bytes(self) -> int:
@@ -124,9 +127,9 @@ class ShardTarget(WorkTarget):
 
 
 class UnitTarget(ShardTarget):
-    """A unit of a given URL list: the list, there when the file is, and which of its lines are the unit."""
+    """A unit of a given file: the file, there when it is, and which of its lines or rows are the unit."""
 
-    def __init__(self, unit: UrlUnit):
+    def __init__(self, unit: LineUnit | RowUnit):
         super().__init__(unit.path, unit.path)
         self.unit = unit
 

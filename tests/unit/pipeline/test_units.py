@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from textmill.errors import TextmillError
-from textmill.pipeline import url_units as units_module
-from textmill.pipeline.url_units import cut_url_list, read_unit_lines, url_units
+from textmill.pipeline import units as units_module
+from textmill.pipeline.units import cut_lines, document_units, read_unit_lines, url_units, write_unit
 
 LINE = st.sampled_from(["https://a.example.com/1", "", "\r", "x\ry", "http://b.example.org/p?q=1", " "])
 
@@ -32,7 +32,7 @@ def test_units_hold_every_line_once_in_order(tmp_path_factory, lines, end, size,
     path.write_bytes({"": lambda d: d, ".gz": gzip.compress, ".bz2": bz2.compress}[compression](data))
     original, units_module._BLOCK = units_module._BLOCK, block
     try:
-        units = cut_url_list(path, size)
+        units = cut_lines(path, size, "list")
     finally:
         units_module._BLOCK = original
     assert [line for unit in units for line in read_unit_lines(unit)] == one_pass(data)
@@ -44,9 +44,9 @@ def test_units_hold_every_line_once_in_order(tmp_path_factory, lines, end, size,
 def test_lines_added_at_the_end_change_only_the_last_unit_and_add_new_ones(tmp_path):
     path = tmp_path / "clean_urls.txt"
     path.write_text("".join(f"https://example.com/{i}\n" for i in range(25)))
-    before = cut_url_list(path, 10)
+    before = cut_lines(path, 10, "clean_urls")
     path.write_text("".join(f"https://example.com/{i}\n" for i in range(32)))
-    after = cut_url_list(path, 10)
+    after = cut_lines(path, 10, "clean_urls")
     assert [u.name for u in after] == ["clean_urls-00000", "clean_urls-00001", "clean_urls-00002", "clean_urls-00003"]
     assert after[:2] == before[:2]
     assert after[2].sha256 != before[2].sha256 and after[2].lines == 10 and after[3].lines == 2
@@ -59,7 +59,7 @@ def test_a_cut_is_remembered_on_disk_and_made_again_when_the_file_changes(tmp_pa
     first = url_units(path, 1)
     units_module._units.cache_clear()  # another process: only the file on disk remembers
     cuts = []
-    monkeypatch.setattr(units_module, "cut_url_list", lambda *a: cuts.append(a) or ())
+    monkeypatch.setattr(units_module, "cut_lines", lambda *a: cuts.append(a) or ())
     assert url_units(path, 1) == first and not cuts
     path.write_text("https://example.com/1\n")
     units_module._units.cache_clear()
@@ -70,7 +70,28 @@ def test_a_cut_is_remembered_on_disk_and_made_again_when_the_file_changes(tmp_pa
 def test_a_list_changed_after_it_was_cut_is_one_error(tmp_path):
     path = tmp_path / "urls.txt"
     path.write_text("https://example.com/1\nhttps://example.com/2\n")
-    unit = cut_url_list(path, 1)[1]
+    unit = cut_lines(path, 1, "list")[1]
     path.write_text("https://example.com/1\nhttps://example.com/3\n")
     with pytest.raises(TextmillError, match="changed while it was being read"):
         list(read_unit_lines(unit))
+
+
+def test_a_document_file_no_bigger_than_a_unit_is_read_in_place(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(f'{{"text": "document {i}"}}\n' for i in range(5)))
+    assert document_units(path, 5) == (path,)
+    assert [u.name for u in document_units(path, 2)] == ["docs-00000", "docs-00001", "docs-00002"]
+
+
+def test_a_parquet_unit_holds_its_rows_whatever_the_row_groups(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "export.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(23)]}), path, row_group_size=4)
+    units = document_units(path, 10)
+    assert [(u.first_row, u.rows) for u in units] == [(0, 10), (10, 10), (20, 3)]
+    for unit in units:
+        write_unit(unit, tmp_path / f"{unit.name}.parquet")
+    texts = [t for u in units for t in pq.read_table(tmp_path / f"{u.name}.parquet").column("text").to_pylist()]
+    assert texts == [f"document {i}" for i in range(23)]
