@@ -2,20 +2,24 @@
 two kinds of independent steps that many workers can run at once.
 
 Scatter, one per input shard (`scatter_shard`): every document goes to one of `num_shards` buckets chosen
-by a keyed hash of its id (the seed is the key). The shard's rows are written sorted by bucket, one
-Parquet row group per bucket, with a record (NAME.scatter.json, written last) of which row groups hold
-which bucket. Gather, one per output shard (`gather_bucket`): bucket b's row groups of every scattered
-shard, in input order, permuted by a generator seeded with (seed, b), written as output shard b.
+by a keyed hash of its id (the seed is the key). The shard is read a batch of SCATTER_ROWS documents at a
+time, and each batch's rows are written sorted by bucket, a Parquet row group per bucket it holds, with a
+record (NAME.scatter.json, written last) of which row groups hold which bucket. Gather, one per output
+shard (`gather_bucket`): bucket b's row groups of every scattered shard, in input order, permuted by a
+generator seeded with (seed, b), written as output shard b.
 
-A step's memory is one input shard or one bucket, never the corpus; the rows move as Arrow columns, never
-as Python objects. The same inputs and seed give the same bytes, whichever worker ran which step.
+A scatter's memory is one batch, a gather's one bucket, never a whole shard or the corpus; the rows move as
+Arrow columns, never as Python objects. The same inputs and seed give the same bytes, whichever worker ran
+which step, and whatever the batch size.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -46,36 +50,48 @@ def scatter_record(scattered: Path) -> Path:
     return scattered.with_name(scattered.stem + ".scatter.json")
 
 
-def read_documents(shard: Path) -> pa.Table:
-    """A shard's documents as one table of SCATTER_SCHEMA (reason set for a bad loose-JSON record)."""
+SCATTER_ROWS = 4096  # documents a scatter holds at a time
+
+
+def document_batches(shard: Path) -> Iterator[pa.Table]:
+    """A shard's documents as tables of SCATTER_SCHEMA of at most SCATTER_ROWS rows (reason set for a bad
+    loose-JSON record)."""
     if is_loose_json(shard) or is_foreign_parquet(shard):
-        rows = [{**row, "reason": bad} for row, bad in iter_documents(shard)]
-        return pa.Table.from_pylist(rows, schema=SCATTER_SCHEMA)
+        rows = ({**row, "reason": bad} for row, bad in iter_documents(shard))
+        while batch := list(itertools.islice(rows, SCATTER_ROWS)):
+            yield pa.Table.from_pylist(batch, schema=SCATTER_SCHEMA)
+        return
     try:
-        table = pq.read_table(shard)
+        reader = pq.ParquetFile(shard)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
-    if shard_kind(table.schema) != "document":
+    if shard_kind(reader.schema_arrow) != "document":
         next(iter_documents(shard), None)  # names what the shard holds instead
-    table = document_table(table)
-    return table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
+    for batch in reader.iter_batches(batch_size=SCATTER_ROWS):
+        table = document_table(pa.Table.from_batches([batch]))
+        yield table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
 
 
 def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict:
-    """Write `shard`'s documents to `output` sorted by bucket, one row group per non-empty bucket, then the
-    record saying which; returns the record. Rows keep their input order within a bucket."""
-    table = read_documents(shard)
-    buckets = np.fromiter((bucket_of(i, seed, num_shards) for i in table["id"].to_pylist()), np.int64, table.num_rows)
-    order = np.argsort(buckets, kind="stable")
-    table, buckets = table.take(order), buckets[order]
-    row_groups: dict[str, int] = {}
+    """Write `shard`'s documents to `output`, each batch sorted by bucket, a row group per bucket of a batch,
+    then the record saying which row groups hold each bucket; returns the record. Rows keep their input
+    order within a bucket."""
+    row_groups: dict[str, list[int]] = {}
+    rows = groups = 0
     with atomic_path(output) as tmp:
         with pq.ParquetWriter(tmp, SCATTER_SCHEMA, compression="zstd") as writer:
-            starts = np.flatnonzero(np.diff(buckets, prepend=-1)) if len(buckets) else np.array([], np.int64)
-            for start, end in zip(starts, [*starts[1:], len(buckets)]):
-                writer.write_table(table.slice(start, end - start), row_group_size=int(end - start))
-                row_groups[str(int(buckets[start]))] = len(row_groups)
-    record = {"input": file_fingerprint(shard), "output": output.name, "rows": table.num_rows,
+            for table in document_batches(shard):
+                buckets = np.fromiter((bucket_of(i, seed, num_shards) for i in table["id"].to_pylist()), np.int64,
+                                      table.num_rows)
+                order = np.argsort(buckets, kind="stable")
+                table, buckets = table.take(order), buckets[order]
+                starts = np.flatnonzero(np.diff(buckets, prepend=-1))
+                for start, end in zip(starts, [*starts[1:], len(buckets)]):
+                    writer.write_table(table.slice(start, end - start), row_group_size=int(end - start))
+                    row_groups.setdefault(str(int(buckets[start])), []).append(groups)
+                    groups += 1
+                rows += table.num_rows
+    record = {"input": file_fingerprint(shard), "output": output.name, "rows": rows,
               "num_shards": num_shards, "seed": seed, "row_groups": row_groups}
     write_json(record, scatter_record(output))
     return record
@@ -89,10 +105,12 @@ def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: 
         record = read_json_record(record_file, "scatter that shard again")
         if record is None:
             raise TextmillError(f"{path} has no whole scatter record; scatter its input again")
-        group = record["row_groups"].get(str(bucket))
-        if group is not None:
-            with open_ranged(path) as source:  # in a store, only this row group is downloaded
-                parts.append(pq.ParquetFile(source).read_row_group(group))
+        groups = record["row_groups"].get(str(bucket), [])
+        if groups:
+            with open_ranged(path) as source:  # in a store, only these row groups are downloaded
+                reader = pq.ParquetFile(source)
+                # (a scatter of textmill 0.2.0 wrote one row group per bucket, its number alone)
+                parts.extend(reader.read_row_group(g) for g in ([groups] if isinstance(groups, int) else groups))
     table = pa.concat_tables([SCATTER_SCHEMA.empty_table(), *parts]).combine_chunks()
     table = table.take(np.random.default_rng([seed, bucket]).permutation(table.num_rows))
     bad = pc.is_valid(table["reason"])

@@ -10,6 +10,7 @@ from support.files import write_jsonl
 from support.stages import shuffle_inputs, shuffle_shards
 from textmill.errors import TextmillError
 from textmill.pipeline.shards import list_shards
+from textmill.pipeline import shuffle
 from textmill.pipeline.shuffle import empty_shards_note, gather_bucket, scatter_record, scatter_shard
 
 
@@ -48,15 +49,20 @@ def test_the_order_is_the_one_textmill_0_1_gave(tmp_path):
         assert hashlib.sha256(order.encode()).hexdigest()[:16] == digest, b
 
 
-def test_scatter_and_gather_steps_in_any_order_give_the_same_shards(tmp_path):
+@pytest.mark.parametrize("batch", [7, 4096])
+def test_scatter_and_gather_steps_in_any_order_and_batches_of_any_size_give_the_same_shards(tmp_path, monkeypatch,
+                                                                                            batch):
+    """A scatter holds a batch of documents at a time: batches of 7 give the shards one batch of all gives."""
     inputs = shuffle_inputs(tmp_path)
     shuffle_shards(inputs, tmp_path / "whole", 3, seed=5)
+    monkeypatch.setattr(shuffle, "SCATTER_ROWS", batch)
     scattered = [tmp_path / "scatter" / f"{i}.parquet" for i in range(len(inputs))]
     (tmp_path / "scatter").mkdir()
     for i in reversed(range(len(inputs))):  # as independent workers might run them
         record = scatter_shard(inputs[i], scattered[i], 3, seed=5)
         assert record["rows"] == (201 if i == 1 else 200)
-        assert pq.ParquetFile(scattered[i]).num_row_groups == len(record["row_groups"]) <= 3
+        groups = sum(len(g) for g in record["row_groups"].values())
+        assert pq.ParquetFile(scattered[i]).num_row_groups == groups <= 3 * -(-record["rows"] // batch)
     for b in (2, 0, 1):
         gather_bucket(scattered, b, tmp_path / "steps" / f"part-{b:05d}.parquet", 3, seed=5)
     whole = [*(tmp_path / "whole").glob("*.parquet"), *(tmp_path / "whole").glob(".rejects/*.parquet")]
