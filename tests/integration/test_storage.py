@@ -156,9 +156,13 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, uploading = time.monotonic() + 300, False
     while not uploading and time.monotonic() < deadline:  # a scraped shard's data is in, its manifest not yet
+        run.send_signal(signal.SIGSTOP)  # the store as the kill will leave it, looked at while the run stands still
         s3.invalidate_cache()
         names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}  # relative to the stage's key folder
         uploading = any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+        if not uploading:
+            run.send_signal(signal.SIGCONT)
+            time.sleep(0.005)
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert uploading, "the run was not seen uploading"
@@ -213,7 +217,7 @@ def test_a_stage_command_reads_and_writes_a_store_and_another_machine_finds_it_d
     assert {p: s3.info(p)["ETag"] for p in s3.find("command/dedup")} == written
 
 
-def test_a_scrape_resumed_on_another_machine_fetches_at_most_the_chunks_not_committed(s3, tmp_path, small_web):
+def test_a_scrape_resumed_on_another_machine_fetches_at_most_the_chunks_not_committed(s3, tmp_path):
     """A scrape writing to the store is killed once two chunks of 5 URLs are committed; its machine's cache is
     removed; a second machine (another cache) resumes: the pages of the committed chunks are not fetched
     again, and the shard is the uninterrupted scrape's but for the fetch times."""
@@ -222,10 +226,11 @@ def test_a_scrape_resumed_on_another_machine_fetches_at_most_the_chunks_not_comm
     s3.mkdir("resume")
     chunk, concurrency = 5, 2
     flags = ["--allow-private-addresses", "--extract-workers", "0", "--concurrency", str(concurrency),
-             "--chunk-urls", str(chunk)]
-    with synthweb.serve(small_web, latency_s=0.05) as server:
+             "--chunk-urls", str(chunk), "--timeout-s", "10", "--retries", "0"]
+    web = synthweb.build_web(seed=3, articles=40, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    with synthweb.serve(web, latency_s=0.05) as server:
         base = synthweb.base_url(server)
-        (tmp_path / "urls.txt").write_text("".join(f"{base}{p}\n" for p in small_web.url_paths))
+        (tmp_path / "urls.txt").write_text("".join(f"{base}{p}\n" for p in web.url_paths))
         assert run_cli("blacklist", str(tmp_path / "urls.txt"), "-o", "s3://resume/urls").returncode == 0
         alone = run_cli("scrape", "s3://resume/urls", "-o", str(tmp_path / "alone"), *flags)
         assert alone.returncode == 0, alone.stderr[-3000:]
@@ -242,7 +247,7 @@ def test_a_scrape_resumed_on_another_machine_fetches_at_most_the_chunks_not_comm
             time.sleep(0.02)
         run.send_signal(signal.SIGKILL)
         run.wait()
-        assert 2 <= len(committed) < len(small_web.url_paths) // chunk, committed
+        assert 2 <= len(committed) < len(web.url_paths) // chunk, committed
         assert not s3.exists("resume/pages/.manifests/urls-00000.json")
         shutil.rmtree(tmp_path / "first-machine")
         killed = {k: v - hits.get(k, 0) for k, v in server.hits.items()}
