@@ -7,7 +7,7 @@ of Zipf-distributed English words (GPT-2's vocabulary), 5% of them lightly edite
 built one after the other (so no stage's wall time holds another's), every task in a process of its own
 (Luigi's force_multiprocessing), which records its peak resident set (ru_maxrss of the task's process, a
 fork of the scheduling process, so it includes the imports that process holds: read the ratios between
-sizes).
+sizes; the corpus is generated in a process of its own, so that its documents are not counted too).
 
     python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 5000] [--bpe]
         [--start-at shuffle] [--stop-after STAGE]
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -208,7 +209,10 @@ def main() -> None:
         results = {}
         for workers in args.workers:
             with tempfile.TemporaryDirectory() as tmp:
-                config = write_corpus(Path(tmp), documents, args.shard_documents, args.bpe, args.start_at)
+                # In a process of its own: every task is a fork of this one, whose peak RSS counts what it holds.
+                with multiprocessing.get_context("spawn").Pool(1) as pool:
+                    config = pool.apply(write_corpus, (Path(tmp), documents, args.shard_documents, args.bpe,
+                                                       args.start_at))
                 log = Path(tmp) / "tasks.jsonl"
                 results[workers] = build(config, workers, log, args.bpe, args.stop_after, args.start_at)
                 shutil.rmtree(Path(tmp) / "work")

@@ -37,7 +37,8 @@ class RunSection(Settings):
     work_dir: Path = setting(Path("work"), "every stage's output, in folders keyed by the settings that made it: a "
                              "folder, or a URL in a store (s3://bucket/prefix) that every worker machine reaches")
     urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, .gz, .bz2, .xz) or folders of them, local "
-                                     "or in a store (s3://bucket/urls/); one shard per file")
+                                     "or in a store (s3://bucket/urls/); each cut into shards of [blacklist] "
+                                     "urls_per_shard URLs")
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)

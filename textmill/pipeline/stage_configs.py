@@ -26,9 +26,10 @@ class StageConfig(Settings):
 class InputConfig(StageConfig):
     """How document files given to a stage command are cut into units of work."""
 
-    documents_per_shard: int = setting(10_000, "documents (JSON lines or Parquet rows) of a given file per unit of work: "
-                                       "a bigger file is cut into shards of at most this many (NAME-00042), each "
-                                       "a task of its own; a file no bigger is read in place", least=1)
+    documents_per_shard: int = setting(10_000, "documents (JSON lines or Parquet rows) per unit of work of a file given to "
+                                       "a stage command (textmill dedup export.jsonl -o OUT): a bigger file is cut "
+                                       "into shards of at most this many (NAME-00042), each a task of its own; a file "
+                                       "no bigger is read in place", least=1)
 
 
 @dataclass(frozen=True)
