@@ -41,23 +41,29 @@ _CUT_VERSION = 1  # bumped when the cut or its record changes, so a cached cut i
 
 
 @dataclass(frozen=True)
-class LineUnit:
-    """Lines first_line .. first_line + lines - 1 of the text file `path` (its decompressed bytes
-    offset .. offset + size - 1, whose sha256 is `sha256`), named after the file's `stem`."""
+class FileUnit:
+    """Unit `number` of the file `path`, named after the file's `stem`."""
 
     path: Path
     stem: str
     number: int
-    first_line: int
-    lines: int
-    offset: int
-    size: int
-    sha256: str
 
     @property
     def name(self) -> str:
         """The unit's shard name in every stage: its file's name and its number in the file."""
         return f"{self.stem}-{self.number:05d}"
+
+
+@dataclass(frozen=True)
+class LineUnit(FileUnit):
+    """Lines first_line .. first_line + lines - 1 of a text file (its decompressed bytes offset .. offset +
+    size - 1, whose sha256 is `sha256`)."""
+
+    first_line: int
+    lines: int
+    offset: int
+    size: int
+    sha256: str
 
     def shown(self) -> str:
         return f"{self.path.name} lines {self.first_line}-{self.first_line + max(self.lines, 1) - 1}"
@@ -69,19 +75,12 @@ class LineUnit:
 
 
 @dataclass(frozen=True)
-class RowUnit:
-    """Rows first_row .. first_row + rows - 1 of the Parquet file `path` (whose sha256 is `sha256`)."""
+class RowUnit(FileUnit):
+    """Rows first_row .. first_row + rows - 1 of a Parquet file (whose sha256 is `sha256`)."""
 
-    path: Path
-    stem: str
-    number: int
     first_row: int
     rows: int
     sha256: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.stem}-{self.number:05d}"
 
     def shown(self) -> str:
         return f"{self.path.name} rows {self.first_row}-{self.first_row + max(self.rows, 1) - 1}"
