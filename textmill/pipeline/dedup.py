@@ -107,27 +107,44 @@ def _signature_schema(cfg: DedupConfig, shard: Path) -> pa.Schema:
                       ("words_hash", pa.binary(16))], metadata=meta)
 
 
+SIGNATURE_ROWS = 1024  # signatures held before they are written, a row group each
+
+
 def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
     """Compute a shard's signatures into `path`, or reuse `path` when it was made with the same
-    parameters from the same shard (new shards added later do not recompute the old ones)."""
+    parameters from the same shard (new shards added later do not recompute the old ones). Written a row
+    group at a time: the memory is a batch of signatures and a words hash per document, whatever the shard."""
     schema = _signature_schema(cfg, shard)
     if path.exists() and pq.read_schema(path).metadata == schema.metadata:
         return path
-    ids, sigs, hashes = [], [], []
-    first_with: dict[bytes, int] = {}  # a words hash -> the row that first had it
-    for row, bad in progress(iter_documents(shard), desc=f"minhash {shard.stem}", unit="doc"):
-        if bad:
-            continue  # rejected with its reason by filter_shard
-        text = row["text"] or ""
-        ids.append(row["id"])
-        hashes.append(words_hash(text))
-        same = first_with.setdefault(hashes[-1], len(ids) - 1)
-        # The same words give the same word shingles, so the same signature (not so for characters).
-        sigs.append(sigs[same] if same < len(ids) - 1 and cfg.shingle_unit == "word" else signature(text, cfg))
-    matrix = np.stack(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
-    values = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.uint32()), cfg.num_perm)
-    write_table(pa.table({"id": pa.array(ids, pa.string()), "signature": values,
-                          "words_hash": pa.array(hashes, pa.binary(16))}, schema=schema), path)
+    seen: dict[bytes, np.ndarray | None] = {}  # a words hash -> its signature, when it is in this batch
+    batch: list[tuple[str, np.ndarray, bytes]] = []
+
+    def write(writer: pq.ParquetWriter) -> None:
+        matrix = np.stack([sig for _, sig, _ in batch])
+        values = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.uint32()), cfg.num_perm)
+        writer.write_table(pa.table({"id": pa.array([i for i, _, _ in batch], pa.string()), "signature": values,
+                                     "words_hash": pa.array([h for _, _, h in batch], pa.binary(16))}, schema=schema))
+        for _, _, words in batch:
+            seen[words] = None  # its signature goes with the batch
+        batch.clear()
+
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for row, bad in progress(iter_documents(shard), desc=f"minhash {shard.stem}", unit="doc"):
+            if bad:
+                continue  # rejected with its reason by filter_shard
+            text = row["text"] or ""
+            words = words_hash(text)
+            # The same words give the same word shingles, so the same signature (not so for characters): a
+            # copy in the batch takes its original's, a later one is computed again, to the same values.
+            earlier = seen.get(words) if cfg.shingle_unit == "word" else None
+            sig = earlier if earlier is not None else signature(text, cfg)
+            seen.setdefault(words, sig)
+            batch.append((row["id"], sig, words))
+            if len(batch) == SIGNATURE_ROWS:
+                write(writer)
+        if batch:
+            write(writer)
     return path
 
 
