@@ -21,7 +21,7 @@ import luigi
 
 from textmill.io.files import read_json, read_json_record, write_json
 from textmill.io.store import exists as store_exists
-from textmill.io.store import fetch, fetch_tree, files_under, files_under_locally, publish, publish_tree, remove
+from textmill.io.store import fetch, fetch_tree, files_under, publish, publish_tree, remove
 from textmill.megatron.indexed import data_file_path, index_file_path
 from textmill.pipeline.shards import earlier_or_current, shard_stem, sidecar_path
 from textmill.pipeline.units import LineUnit, RowUnit
@@ -101,8 +101,8 @@ class ShardTarget(WorkTarget):
 
     def commit(self) -> None:
         super().commit()
-        if self.progress:  # the finished shard holds what the parts held
-            for part in {*files_under(self.progress), *files_under_locally(self.progress)}:
+        if self.progress:  # the finished shard holds what the parts held: their objects go, then the folder
+            for part in files_under(self.progress):
                 remove(part)
             shutil.rmtree(self.progress, ignore_errors=True)
 
