@@ -14,9 +14,10 @@ corpus in memory:
    the same word shingles, so with word shingles its signature is copied, not computed. Signatures of
    old shards are reused when new shards arrive.
 2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
-   64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key.
-3. `band_pairs`, per band: a streaming merge of every shard's sorted keys; documents with equal keys are
-   candidates, each paired with the first of them. Memory: a row group per shard, plus the pairs.
+   64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key
+   in runs of RUN_ROWS documents (an external sort: the memory of a run, whatever the shard's size).
+3. `band_pairs`, per band: a streaming merge of every shard's sorted runs; documents with equal keys are
+   candidates, each paired with the first of them. Memory: STREAM_ROWS keys per run, plus the pairs.
 4. `cluster_pairs`, once: candidate pairs confirmed, the words' hash band's by the whole hash, the LSH
    bands' by the Jaccard similarity the signatures estimate (>= threshold), joined by union-find; only the candidates' signatures are read, so memory follows the
    duplicates, not the documents. The keeper of a cluster is its first document in corpus order (sorted
@@ -187,59 +188,85 @@ def hash_keys(hashes: list[bytes]) -> np.ndarray:
     return np.array([int.from_bytes(h[:8], "little") for h in hashes], np.uint64)
 
 
-def read_signatures(path: Path, num_perm: int) -> tuple[list[str], np.ndarray, list[bytes]]:
-    """The ids, signatures and words hashes of a shard's signature file."""
-    table = pq.read_table(path)
-    flat = table.column("signature").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return (table.column("id").to_pylist(), flat.reshape(-1, num_perm).astype(np.uint32, copy=False),
-            table.column("words_hash").to_pylist())
+def signature_groups(path: Path, num_perm: int, rows: np.ndarray | None = None):
+    """(first row number, ids, signatures, words hashes) of a signature file, a row group at a time; with
+    `rows` (sorted row numbers), only the row groups that hold one of them."""
+    reader = pq.ParquetFile(path)
+    first = 0
+    for group in range(reader.num_row_groups):
+        size = reader.metadata.row_group(group).num_rows
+        if rows is None or np.any((rows >= first) & (rows < first + size)):
+            table = reader.read_row_group(group)
+            flat = table.column("signature").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            yield (first, table.column("id").to_pylist(), flat.reshape(-1, num_perm).astype(np.uint32, copy=False),
+                   table.column("words_hash").to_pylist())
+        first += size
+
+
+def signature_runs(path: Path, num_perm: int, run_rows: int):
+    """(first row number, ids, signatures, words hashes) of a signature file in runs of `run_rows` rows
+    (the last one shorter)."""
+    first, ids, hashes, sigs = 0, [], [], []
+    for _, group_ids, group_sigs, group_hashes in itertools.chain(signature_groups(path, num_perm), [(0, [], None, [])]):
+        ids += group_ids
+        hashes += group_hashes
+        sigs += [] if group_sigs is None else [group_sigs]
+        while len(ids) >= run_rows or (group_sigs is None and ids):
+            held = np.concatenate(sigs)
+            yield first, ids[:run_rows], held[:run_rows], hashes[:run_rows]
+            first += len(ids[:run_rows])
+            ids, hashes, sigs = ids[run_rows:], hashes[run_rows:], [held[run_rows:]]
 
 
 def bands_record(bands_file: Path) -> Path:
     return bands_file.with_name(bands_file.name.removesuffix(".parquet") + ".json")
 
 
+RUN_ROWS = 16384  # documents whose band keys are sorted together: a sorted run, merged with the others by band
+
+
 def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
     """Step 2, per shard: the key of every LSH band of each document, of its id (band number `bands`) and,
-    with exact_duplicates, of its words hash (band `bands + 1`), sorted by (band, key, row) into `output`,
-    then its record (rows per band) last."""
-    ids, sigs, hashes = read_signatures(signatures, cfg.num_perm)
-    blocks = [band_keys(sigs[:, b * cfg.rows : (b + 1) * cfg.rows]) for b in range(cfg.bands)] + [id_keys(ids)]
-    blocks += [hash_keys(hashes)] if cfg.exact_duplicates else []
-    orders = [np.argsort(k, kind="stable") for k in blocks]
-    table = pa.table({"key": pa.array(np.concatenate([k[o] for k, o in zip(blocks, orders)]), pa.uint64()),
-                      "row": pa.array(np.concatenate(orders).astype(np.uint32), pa.uint32())})
-    with atomic_path(output) as tmp:  # a row group per band: a band's merge reads only its own
-        pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, len(ids)))
-    record = {"signatures": signatures.name, "rows": len(ids), "bands": len(blocks)}
+    with exact_duplicates, of its words hash (band `bands + 1`), into `output`, then its record (rows per
+    run of documents) last. An external sort: the documents are taken RUN_ROWS at a time, and each band's
+    keys of a run sorted by (key, row) into a row group of their own (number run * bands + band), which
+    the band's merge reads as one sorted stream; the memory is a run's, whatever the shard's size."""
+    runs: list[int] = []
+    bands = cfg.bands + 1 + cfg.exact_duplicates
+    schema = pa.schema([("key", pa.uint64()), ("row", pa.uint32())])
+    with atomic_path(output) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for first, ids, sigs, hashes in signature_runs(signatures, cfg.num_perm, RUN_ROWS):
+            blocks = [band_keys(sigs[:, b * cfg.rows : (b + 1) * cfg.rows]) for b in range(cfg.bands)] + [id_keys(ids)]
+            blocks += [hash_keys(hashes)] if cfg.exact_duplicates else []
+            for keys in blocks:
+                order = np.argsort(keys, kind="stable")
+                writer.write_table(pa.table({"key": pa.array(keys[order], pa.uint64()),
+                                             "row": pa.array(order + first, pa.uint32())}, schema=schema),
+                                   row_group_size=len(ids))
+            runs.append(len(ids))
+    record = {"signatures": signatures.name, "rows": sum(runs), "bands": bands, "runs": runs}
     write_json(record, bands_record(output))
     return record
 
 
-def band_stream(path: Path, rows: int, band: int, shard: int) -> Iterator[tuple[int, int, int]]:
-    """(key, shard, row) of one band of one shard's sorted keys, STREAM_ROWS at a time from the row groups
-    that hold the band (one, as band_keys_shard writes them; any layout is read by its row counts)."""
-    start, end = band * rows, (band + 1) * rows
-    reader = pq.ParquetFile(path)
-    first = 0  # the file's row number where the row group begins
-    for group in range(reader.num_row_groups):
-        size = reader.metadata.row_group(group).num_rows
-        if first < end and first + size > start:
-            at = first
-            for batch in reader.iter_batches(batch_size=STREAM_ROWS, row_groups=[group], columns=["key", "row"]):
-                part = batch.slice(max(start - at, 0), max(min(end - at, batch.num_rows) - max(start - at, 0), 0))
-                yield from zip(part.column(0).to_pylist(), itertools.repeat(shard), part.column(1).to_pylist())
-                at += batch.num_rows
-        first += size
+def band_stream(path: Path, metadata, group: int, shard: int) -> Iterator[tuple[int, int, int]]:
+    """(key, shard, row) of one sorted run of one band of a shard (a row group of its keys file, whose
+    metadata the shard's streams share), STREAM_ROWS at a time."""
+    for batch in pq.ParquetFile(path, metadata=metadata).iter_batches(batch_size=STREAM_ROWS, row_groups=[group], columns=["key", "row"]):
+        yield from zip(batch.column(0).to_pylist(), itertools.repeat(shard), batch.column(1).to_pylist())
 
 
 def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:
-    """Step 3, per band: candidate pairs (first, other) in corpus document numbers. The shards' sorted keys
-    are merged as streams, so memory is a row group per shard plus the pairs: documents with equal keys
-    are candidates, each paired with the first of them, which is enough for union-find to join a cluster."""
-    counts = [json.loads(bands_record(f).read_text())["rows"] for f in bands_files]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    streams = [band_stream(f, n, band, s) for s, (f, n) in enumerate(zip(bands_files, counts))]
+    """Step 3, per band: candidate pairs (first, other) in corpus document numbers. Every shard's sorted
+    runs of the band are merged as streams, so memory is STREAM_ROWS keys per run plus the pairs: documents
+    with equal keys are candidates, each paired with the first of them, which is enough for union-find to
+    join a cluster."""
+    records = [read_json(bands_record(f)) for f in bands_files]
+    offsets = np.concatenate([[0], np.cumsum([r["rows"] for r in records])]).astype(np.int64)
+    allow_open_files(sum(len(r["runs"]) for r in records))
+    metadata = [pq.read_metadata(f) if len(r["runs"]) > 1 else None for f, r in zip(bands_files, records)]
+    streams = [band_stream(f, metadata[s], run * r["bands"] + band, s)
+               for s, (f, r) in enumerate(zip(bands_files, records)) for run in range(len(r["runs"]))]
     pairs, previous, first = [], None, 0
     for key, shard, row in heapq.merge(*streams):  # by key, then shard, then row: corpus order within a key
         number = int(offsets[shard]) + row
@@ -248,6 +275,21 @@ def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:
         else:
             previous, first = key, number
     return np.array(pairs, np.int64).reshape(-1, 2)
+
+
+def allow_open_files(streams: int) -> None:
+    """Raise this process's soft limit of open files to hold a file per stream of a merge (a shard's run
+    each; the soft limit is often 1,024, the hard one much higher), or say why it cannot."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = streams + 256  # the rest of the process's files
+    if wanted > soft:
+        if hard != resource.RLIM_INFINITY and wanted > hard:
+            raise TextmillError(f"dedup merges {streams} sorted runs at once, but this machine allows {hard} open "
+                                "files a process (ulimit -Hn): raise it, or cut the input into fewer units "
+                                "([input] documents_per_shard, [blacklist] urls_per_shard)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def write_pairs(pairs: np.ndarray, path: Path) -> None:
@@ -261,19 +303,20 @@ def read_pairs(paths: list[Path]) -> np.ndarray:
 
 
 def documents_of(numbers: np.ndarray, signature_files: list[Path], counts: list[int], num_perm: int):
-    """The ids, signatures and words hashes of the given corpus document numbers (sorted), read a shard at a
-    time."""
+    """The ids, signatures and words hashes of the given corpus document numbers (sorted), read a row group
+    at a time from the row groups that hold them."""
     ids: list[str] = []
     hashes: list[bytes] = []
     sigs = np.zeros((len(numbers), num_perm), np.uint32)
     offset = 0
     for path, count in zip(signature_files, counts):
-        here = numbers[(numbers >= offset) & (numbers < offset + count)]
+        here = numbers[(numbers >= offset) & (numbers < offset + count)] - offset
         if len(here):
-            shard_ids, shard_sigs, shard_hashes = read_signatures(path, num_perm)
-            sigs[len(ids) : len(ids) + len(here)] = shard_sigs[here - offset]
-            ids += [shard_ids[i] for i in here - offset]
-            hashes += [shard_hashes[i] for i in here - offset]
+            for first, group_ids, group_sigs, group_hashes in signature_groups(path, num_perm, here):
+                rows = here[(here >= first) & (here < first + len(group_ids))] - first
+                sigs[len(ids) : len(ids) + len(rows)] = group_sigs[rows]
+                ids += [group_ids[i] for i in rows]
+                hashes += [group_hashes[i] for i in rows]
         offset += count
     return ids, sigs, hashes
 

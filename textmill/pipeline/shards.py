@@ -35,6 +35,7 @@ from textmill.io.files import (
     LOOSE_JSON_SUFFIXES,
     atomic_path,
     file_fingerprint,
+    parquet_batches,
     read_json_record,
     temporary_path,
     write_json,
@@ -374,7 +375,7 @@ def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = 
         expected, who = SHARD_KINDS[kind]
         raise TextmillError(f"{shard} holds {holds}, not {kind} rows ({', '.join(expected.names)}; {who})")
     try:
-        for batch in reader.iter_batches(batch_size=_WRITE_BATCH_ROWS, columns=columns):
+        for batch in parquet_batches(reader, _WRITE_BATCH_ROWS, columns):
             for row in batch.to_pylist():
                 yield {**row, **dict.fromkeys(missing)} if missing else row
     except (pa.ArrowException, OSError) as exc:

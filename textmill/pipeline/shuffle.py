@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, read_json_record, write_json
+from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, parquet_batches, read_json_record, write_json
 from textmill.io.store import open_ranged
 from textmill.pipeline.documents import is_foreign_parquet, iter_documents
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput, document_table, reject_schema, shard_kind
@@ -67,7 +67,7 @@ def document_batches(shard: Path) -> Iterator[pa.Table]:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
     if shard_kind(reader.schema_arrow) != "document":
         next(iter_documents(shard), None)  # names what the shard holds instead
-    for batch in reader.iter_batches(batch_size=SCATTER_ROWS):
+    for batch in parquet_batches(reader, SCATTER_ROWS):
         table = document_table(pa.Table.from_batches([batch]))
         yield table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
 

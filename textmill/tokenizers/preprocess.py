@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, write_json
+from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, parquet_batches, write_json
 from textmill.io.progress import progress as progress_counter
 from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
@@ -77,7 +77,7 @@ def _parquet_records(path: Path, keys: tuple[str, ...]) -> Iterator[Record]:
     if missing:
         raise TextmillError(f"{path}: no column {missing[0]!r} (columns: {', '.join(pf.schema_arrow.names)})")
     row = 0
-    for batch in pf.iter_batches(batch_size=_PARQUET_ROWS, columns=list(keys)):
+    for batch in parquet_batches(pf, _PARQUET_ROWS, list(keys)):
         columns = [batch.column(k).to_pylist() for k in keys]
         for texts in zip(*columns):
             row += 1

@@ -212,7 +212,8 @@ class DedupBandKeys(ShardTask):
         return SignatureShard(self.config, self.shard)
 
     def own_settings(self) -> tuple:
-        return self.settings.dedup.bands, self.settings.dedup.exact_duplicates
+        # "runs": the layout of sorted runs (earlier files, a row group per band, are not read again)
+        return self.settings.dedup.bands, self.settings.dedup.exact_duplicates, "runs"
 
     def target(self) -> ShardTarget:
         from textmill.pipeline.dedup import bands_record

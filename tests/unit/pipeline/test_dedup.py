@@ -11,6 +11,7 @@ import pytest
 from support.files import write_jsonl
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
+from textmill.pipeline import dedup
 from textmill.pipeline.dedup import (
     DedupConfig,
     band_keys_shard,
@@ -107,7 +108,7 @@ def test_char_shingles_like_megatron():
     assert shingles("One two, three!", 2, "word") == {b"one two", b"two three"}
 
 
-def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
+def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path, monkeypatch):
     cfg = DedupConfig(num_perm=64, bands=16, threshold=0.5, exact_duplicates=False)
     docs, _ = near_duplicate_corpus(seed=3, families=30, singles=40)
     parts = [docs[i::3] for i in range(3)]  # a family's copies end up in different shards
@@ -136,15 +137,15 @@ def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path):
     assert all(position(keeper) < position(doc) for doc, keeper in steps["duplicates"].items())
     assert len({position(d)[0] for d in steps["duplicates"]} | {position(k)[0] for k in steps["duplicates"].values()}) == 3
 
-    # Band keys written in row groups that do not follow the bands (as textmill wrote them before it gave
-    # each band a row group of its own) give the same pairs: the merge reads a file by its row counts.
+    # Sorted runs of 7 documents (an external sort; many runs a band per shard) give the same pairs.
     assert pq.ParquetFile(bands[0]).num_row_groups == cfg.bands + 1
-    regrouped = [tmp_path / "steps" / f"{b.stem}.regrouped.parquet" for b in bands]
-    for old, new in zip(bands, regrouped):
-        pq.write_table(pq.read_table(old), new, row_group_size=7)
-        new.with_name(new.stem + ".json").write_text(old.with_name(old.stem + ".json").read_text())
+    monkeypatch.setattr(dedup, "RUN_ROWS", 7)
+    runs = [tmp_path / "steps" / f"{b.stem}.runs.parquet" for b in bands]
+    for sig, out in zip(sigs, runs):
+        record = band_keys_shard(sig, out, cfg)
+        assert record["runs"] == [7] * (record["rows"] // 7) + [record["rows"] % 7] * bool(record["rows"] % 7)
     for b in range(cfg.bands + 1):
-        assert band_pairs(regrouped, b).tolist() == band_pairs(bands, b).tolist()
+        assert band_pairs(runs, b).tolist() == band_pairs(bands, b).tolist()
 
 
 def test_the_same_id_in_two_shards_is_one_error(tmp_path):
