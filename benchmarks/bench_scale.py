@@ -1,7 +1,9 @@
 """The corpus stages at scale: dedup, shuffle, decontaminate, BPE training (with --bpe) and tokenize of a
 synthetic corpus, run through the Luigi graph as `textmill run` runs them, with 1 and 2 workers.
 
-The corpus is written directly as the scrape stage's output shards (no fetching): documents of about 3 KB
+The input is what users bring: ONE list of `--documents` URLs, which the run cuts into units of
+`--shard-documents` ([blacklist] urls_per_shard). The corpus is written directly as each unit's scrape
+output shard (no fetching): documents of about 3 KB
 of Zipf-distributed English words (GPT-2's vocabulary), 5% of them lightly edited copies of earlier ones (near-duplicates for dedup),
 0.5% holding a LAMBADA passage (for decontamination against tests/data/lambada_test.jsonl). The stages are
 built one after the other (so no stage's wall time holds another's), every task in a process of its own
@@ -42,6 +44,8 @@ CONFIG = """\
 [run]
 work_dir = "work"
 urls = ["urls"]
+[blacklist]
+urls_per_shard = {per_shard}
 [clean]
 min_tokens = 16
 [shuffle]
@@ -56,8 +60,9 @@ enabled = false
 
 
 def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool, start_at: str = "dedup") -> Path:
-    """URL list files, the run file, and the output shards of the stage before `start_at` (scrape's, or
-    clean's to start at the shuffle) holding the synthetic documents."""
+    """One URL list, the run file, and the output shards of the stage before `start_at` (scrape's, or
+    clean's to start at the shuffle) of each unit the run cuts the list into, holding the synthetic
+    documents."""
     from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
     from textmill.workflows import CleanShard, ScrapeShard
 
@@ -65,12 +70,14 @@ def write_corpus(root: Path, documents: int, per_shard: int, bpe: bool, start_at
 
     shards = -(-documents // per_shard)
     (root / "urls").mkdir(parents=True)
-    for s in range(shards):
-        (root / "urls" / f"RS_{s:05d}.txt").write_text(f"https://example.org/{s}/a.html\n")
+    with open(root / "urls" / "clean_urls.txt", "w") as f:
+        f.writelines(f"https://example.org/{i // per_shard}/{i}\n" for i in range(documents))
     tokenizer = ('vocab_size = 8192' if bpe else
                  f'vocab_file = "{ROOT}/tests/data/gpt2-vocab.json"\nmerge_file = "{ROOT}/tests/data/gpt2-merges.txt"')
     config = root / "run.toml"
-    config.write_text(CONFIG.format(shards=shards, lambada=LAMBADA, tokenizer=tokenizer))
+    # Shuffled shards of about 5,000 documents whatever the unit: the output's size is the user's choice
+    # (the gather holds one output shard), not a consequence of how the input was cut.
+    config.write_text(CONFIG.format(shards=-(-documents // 5000), per_shard=per_shard, lambada=LAMBADA, tokenizer=tokenizer))
     rng = np.random.default_rng(0)
     vocab = json.loads((ROOT / "tests" / "data" / "gpt2-vocab.json").read_text())  # in id order: common first
     words = np.array([w[1:] for w in vocab if w.startswith("Ġ") and w[1:].isalpha() and w[1:].islower()][:20000])
@@ -190,7 +197,7 @@ def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], worke
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--documents", type=int, nargs="+", default=[20000, 100000], help="corpus sizes to run")
-    ap.add_argument("--shard-documents", type=int, default=5000, help="documents per shard (and per URL list file)")
+    ap.add_argument("--shard-documents", type=int, default=5000, help="documents per unit: the run cuts the one URL list into units of this many URLs")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Luigi worker counts to compare")
     ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
     ap.add_argument("--stop-after", choices=["dedup", "clean", "shuffle", "decontaminate", "bpe", "tokenize"],
