@@ -11,7 +11,7 @@ built one after the other (so no stage's wall time holds another's), every task 
 fork of the scheduling process, so it includes the imports that process holds: read the ratios between
 sizes; the corpus is generated in a process of its own, so that its documents are not counted too).
 
-    python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 5000] [--bpe]
+    python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 10000] [--bpe]
         [--start-at shuffle] [--stop-after STAGE]
 
 Prints, per corpus size and stage: wall time with 1 and 2 workers and their ratio, the largest peak RSS
@@ -19,7 +19,8 @@ of any of the stage's tasks, documents/s; then each stage's time extrapolated to
 with 64 workers (from the largest corpus's task times: per-shard tasks shared among the workers,
 once-per-stage tasks serial, both linear in the documents but the bounded BPE sample; assumes each
 worker as fast as one core here, enough shards to keep them busy, and storage and scheduler never the
-bottleneck); then the ratio of each stage's largest task RSS between the largest and the smallest corpus.
+bottleneck), with the scrape beside them at given rates (pages/s per worker, the network never the
+limit: measured rates against a local server); then the ratio of each stage's largest task RSS between the largest and the smallest corpus.
 """
 
 from __future__ import annotations
@@ -175,10 +176,13 @@ def build(config: Path, workers: int, log: Path, bpe: bool, stop_after: str | No
     return result
 
 
-def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], workers: int) -> None:
+def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], workers: int,
+                scrape_rates: list[float], urls_per_document: float) -> None:
     """Each stage's wall time at `sizes` documents with `workers` workers, from this run's task times:
     the per-shard work divided among the workers, the once-per-stage work serial; both linear in the
-    documents, but the BPE, whose sample is bounded."""
+    documents, but the BPE, whose sample is bounded. Then the scrape at each given rate (pages/s per
+    worker, measured by bench_scrape.py and bench_extract.py), fetching `urls_per_document` URLs per
+    document kept."""
     print(f"\nExtrapolated from {documents:,} documents to {workers} workers (hours):\n")
     print("| stage | per-shard task-s | once-per-stage s | " + " | ".join(f"{n:,} documents" for n in sizes) + " |")
     print("|---|---:|---:|" + "---:|" * len(sizes))
@@ -191,13 +195,18 @@ def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], worke
             hours.append((r["parallel_s"] * scale / workers + serial) / 3600)
             totals[k] += hours[-1]
         print(f"| {stage} | {r['parallel_s']:,.0f} | {r['serial_s']:,.0f} | " + " | ".join(f"{h:.2f}" for h in hours) + " |")
-    print("| all | | | " + " | ".join(f"{h:.2f}" for h in totals) + " |")
+    print("| all of the above | | | " + " | ".join(f"{h:.2f}" for h in totals) + " |")
+    for rate in scrape_rates:
+        hours = [n * urls_per_document / rate / workers / 3600 for n in sizes]
+        print(f"| scrape at {rate:g} pages/s per worker, {urls_per_document:g} URLs per document | | | "
+              + " | ".join(f"{h:.2f}" for h in hours) + " |")
+        print("| all, with that scrape | | | " + " | ".join(f"{h + t:.2f}" for h, t in zip(hours, totals)) + " |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--documents", type=int, nargs="+", default=[20000, 100000], help="corpus sizes to run")
-    ap.add_argument("--shard-documents", type=int, default=5000, help="documents per unit: the run cuts the one URL list into units of this many URLs")
+    ap.add_argument("--shard-documents", type=int, default=10000, help="documents per unit: the run cuts the one URL list into units of this many URLs")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Luigi worker counts to compare")
     ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
     ap.add_argument("--stop-after", choices=["dedup", "clean", "shuffle", "decontaminate", "bpe", "tokenize"],
@@ -205,6 +214,12 @@ def main() -> None:
     ap.add_argument("--start-at", choices=["dedup", "shuffle"], default="dedup",
                     help="the first stage built: shuffle writes the corpus as the clean stage's output, to measure "
                     "the stages after it without dedup's and cleanup's time")
+    ap.add_argument("--scrape-rates", type=float, nargs="*", default=[341, 20],
+                    help="pages/s per worker of the scrape for the extrapolation (341: small local pages, "
+                    "bench_scrape.py; 20: trafilatura on real pages, one core, bench_extract.py)")
+    ap.add_argument("--urls-per-document", type=float, default=2.5,
+                    help="URLs fetched per document kept (OpenWebText's recipe: about 20 million URLs for 8 million "
+                    "documents)")
     args = ap.parse_args()
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {args.shard_documents} documents a shard\n")
@@ -231,7 +246,8 @@ def main() -> None:
             print(f"| {documents:,} | {stage} | {first[stage]['tasks']} | " + " | ".join(f"{w:.1f}" for w in walls)
                   + f" | {walls[-1] / walls[0]:.2f} | {largest[documents][stage] / 2**20:,.0f}, {peaks[stage]} | "
                   f"{documents / walls[-1]:,.0f} |", flush=True)
-    extrapolate(args.documents[-1], results[args.workers[0]], [8_000_000, 100_000_000], 64)
+    extrapolate(args.documents[-1], results[args.workers[0]], [8_000_000, 100_000_000], 64, args.scrape_rates,
+                args.urls_per_document)
     if len(args.documents) > 1:
         small, big = args.documents[0], args.documents[-1]
         print(f"\nLargest task RSS, {big:,} documents over {small:,}:\n")
