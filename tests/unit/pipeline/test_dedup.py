@@ -189,3 +189,30 @@ def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_s
     assert without["exact"] == [] and without["duplicates"] == clusters["duplicates"]
     assert set(reasons(tmp_path / "without").values()) == {"near_duplicate_of=a0", "near_duplicate_of=a1",
                                                            "near_duplicate_of=b1"}
+
+
+def test_a_band_merge_of_more_runs_than_the_open_files_soft_limit_raises_it(tmp_path, monkeypatch):
+    """Many units of a big input are many sorted runs, all open at once in a band's merge: more than the
+    usual soft limit of 1,024 open files is no error while the hard limit allows it."""
+    import resource
+
+    cfg = DedupConfig(num_perm=16, bands=4, exact_duplicates=False)
+    monkeypatch.setattr(dedup, "RUN_ROWS", 2)
+    docs, _ = near_duplicate_corpus(seed=5, families=10, singles=20)
+    bands = []
+    for k in range(30):
+        shard = tmp_path / "in" / f"s{k:02d}.jsonl"
+        write_jsonl(shard, [{"id": f"s{k}-{i}", "text": t} for i, t in enumerate(docs[k::30])])
+        sig = signature_shard(shard, tmp_path / f"s{k:02d}.minhash.parquet", cfg)
+        bands.append(tmp_path / f"s{k:02d}.bands.parquet")
+        band_keys_shard(sig, bands[-1], cfg)
+    runs = sum(len(json.loads(b.with_suffix(".json").read_text())["runs"]) for b in bands)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < runs + 256:
+        pytest.skip(f"the hard limit of open files ({hard}) is below what the test needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (runs // 2, hard))
+    try:
+        assert sum(len(band_pairs(bands, b)) for b in range(cfg.bands)) > 0
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= runs
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
