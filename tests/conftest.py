@@ -30,6 +30,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_cache(tmp_path_factory):
+    """TEXTMILL_CACHE in the test's temporary folder, for this process and those it starts: the cuts of
+    URL lists and the copies of compressed ones stay out of the user's ~/.cache."""
+    import os
+
+    os.environ.setdefault("TEXTMILL_CACHE", str(tmp_path_factory.mktemp("textmill-cache")))
+
+
 @pytest.fixture(scope="session")
 def small_web():
     return synthweb.build_web(seed=7, articles=30, near_duplicates=4, foreign=3, mojibake=2, short=2)

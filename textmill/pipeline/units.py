@@ -10,8 +10,11 @@ Cutting a text file is one pass over it (decompressed, when it is .gz, .bz2 or .
 unit's byte range and hashes its bytes. A unit's hash keys its work, so a line appended to the last URL
 list leaves every earlier unit as it was, and a changed line changes its own unit's hash only. The cut is
 remembered per file (path, size, modification time and unit size) in this process and in TEXTMILL_CACHE,
-so the graph of a run, built by every worker, reads a 20-million-URL list once per machine. A Parquet
-file's rows are counted from its footer, with no pass.
+so the graph of a run, built by every worker, reads a 20-million-URL list once per machine. A compressed
+stream cannot seek, so the cut of a .gz, .bz2 or .xz file also keeps each unit's decompressed bytes in
+TEXTMILL_CACHE (named by their hash): reading a unit then reads its copy, not the file from its start
+(unit after unit, that would be quadratic in the file's size). A Parquet file's rows are counted from
+its footer, with no pass.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from textmill.pipeline.shards import safe_shard_name, shard_stem
 
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _BLOCK = 1 << 24  # bytes read at a time while cutting
-_CUT_VERSION = 1  # bumped when the cut or its record changes, so a cached cut is made again
+_CUT_VERSION = 2  # bumped when the cut or its record changes, so a cached cut is made again
 
 
 @dataclass(frozen=True)
@@ -150,13 +153,23 @@ def _units(path: str, size: int, mtime_ns: int, per_unit: int, stem: str) -> tup
 
 
 def cut_lines(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
-    """One pass over the file: a unit every `per_unit` lines (a last line without a newline counts)."""
+    """One pass over the file: a unit every `per_unit` lines (a last line without a newline counts). A
+    compressed file's units are kept decompressed on the way (kept_copy)."""
     units: list[LineUnit] = []
     digest, start, start_line, lines, position = hashlib.sha256(), 0, 1, 0, 0
+    held: list[bytes] | None = [] if path.suffix.lower() in OPENERS else None  # the unit's bytes, to keep
+
+    def take(data: bytes) -> None:
+        digest.update(data)
+        if held is not None:
+            held.append(data)
 
     def close(end: int) -> None:
         nonlocal digest, start, start_line, lines
         units.append(LineUnit(path, stem, len(units), start_line, lines, start, end - start, digest.hexdigest()))
+        if held is not None:
+            keep_copy(b"".join(held), units[-1].sha256)
+            held.clear()
         digest, start, start_line, lines = hashlib.sha256(), end, start_line + lines, 0
 
     last = b"\n"
@@ -167,12 +180,12 @@ def cut_lines(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
                 taken = 0  # bytes of the block already hashed into a closed unit
                 while newlines.size and lines + newlines.size >= per_unit:
                     end = int(newlines[per_unit - lines - 1]) + 1
-                    digest.update(block[taken:end])
+                    take(block[taken:end])
                     newlines = newlines[per_unit - lines:]
                     lines = per_unit
                     close(position + end)
                     taken = end
-                digest.update(block[taken:])
+                take(block[taken:])
                 lines += newlines.size
                 position += len(block)
                 last = block[-1:]
@@ -185,11 +198,35 @@ def cut_lines(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
     return tuple(units)
 
 
+def kept_copy(sha256: str) -> Path:
+    """Where the cut of a compressed file keeps a unit's decompressed bytes, named by their hash."""
+    return cache_root() / "url-units" / "copies" / sha256
+
+
+def keep_copy(data: bytes, sha256: str) -> None:
+    try:
+        copy = kept_copy(sha256)
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(copy) as tmp:
+                tmp.write_bytes(data)
+    except OSError:
+        pass  # a copy that cannot be kept costs reading the file from its start, nothing else
+
+
 def read_unit_bytes(unit: LineUnit) -> bytes:
-    """A unit's bytes (decompressed), checked against its hash."""
+    """A unit's bytes (decompressed), checked against its hash: of a compressed file, its kept copy when
+    this machine has it whole, else the stream read up to the unit."""
+    compressed = unit.path.suffix.lower() in OPENERS
+    try:
+        data = kept_copy(unit.sha256).read_bytes() if compressed else None
+    except OSError:
+        data = None
+    if data is not None and hashlib.sha256(data).hexdigest() == unit.sha256:
+        return data
     try:
         with open_url_list(unit.path) as f:
-            if unit.path.suffix.lower() in OPENERS:
+            if compressed:
                 _skip(f, unit.offset)  # a compressed stream cannot seek: read up to the unit
             else:
                 f.seek(unit.offset)

@@ -3,6 +3,7 @@ line ends or compression; a unit's hash changes only with its own lines."""
 
 import bz2
 import gzip
+import lzma
 
 import pytest
 from hypothesis import given, settings
@@ -65,6 +66,27 @@ def test_a_cut_is_remembered_on_disk_and_made_again_when_the_file_changes(tmp_pa
     units_module._units.cache_clear()
     url_units(path, 1)
     assert len(cuts) == 1
+
+
+def test_a_compressed_list_is_read_unit_by_unit_from_the_copies_its_cut_keeps(tmp_path, monkeypatch):
+    """Reading a unit of a compressed list from the stream means decompressing everything before it: the
+    cut keeps each unit's bytes, and a machine without them (or with a damaged one) reads the stream."""
+    monkeypatch.setenv("TEXTMILL_CACHE", str(tmp_path / "cache"))
+    data = "".join(f"https://example.com/{i}\n" for i in range(50)).encode()
+    path = tmp_path / "clean_urls.txt.xz"
+    path.write_bytes(lzma.compress(data))
+    units = cut_lines(path, 7, "clean_urls")
+    opener = units_module.open_url_list
+
+    def no_stream(_path):
+        raise AssertionError("read the compressed list again")
+
+    monkeypatch.setattr(units_module, "open_url_list", no_stream)
+    assert [line for unit in units for line in read_unit_lines(unit)] == one_pass(data)
+    monkeypatch.setattr(units_module, "open_url_list", opener)
+    units_module.kept_copy(units[2].sha256).write_bytes(b"https://damaged.example.com/\n")
+    units_module.kept_copy(units[5].sha256).unlink()
+    assert [line for unit in units for line in read_unit_lines(unit)] == one_pass(data)
 
 
 def test_a_list_changed_after_it_was_cut_is_one_error(tmp_path):
