@@ -141,7 +141,19 @@ class GPT2Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of `text`; '<|endoftext|>' inside text is ordinary text, as in Megatron's tokenizer."""
-        return self._encoding.encode_ordinary(text)
+        # Through encode_array: where tiktoken's regex gives up, encode_ordinary panics (and prints a Rust
+        # backtrace), encode_to_numpy raises a ValueError.
+        return self.encode_array(text).tolist()
+
+    def encode_by_pieces(self, text: str) -> list[int]:
+        """The same ids, split by the `regex` module (as Megatron's and OpenAI's encoders split) and each
+        piece merged by tiktoken without its own regex. tiktoken's regex engine runs out of backtracking
+        stack on a run of whitespace near a million characters long (a junk page can hold one); this path
+        takes any text, more slowly, so it serves only the texts tiktoken's regex cannot."""
+        ids: list[int] = []
+        for piece in _PIECES.findall(text):
+            ids += self._encoding._encode_single_piece(piece)
+        return ids
 
     def encode_plain(self, text: str) -> list[int]:
         """Ids of text that continues a document: `encode`, since GPT-2 BPE adds no special tokens."""
@@ -150,13 +162,27 @@ class GPT2Tokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         """The same ids as a uint32 array, straight from the engine's buffer (no Python ints made).
         With no special token allowed, '<|endoftext|>' is encoded as ordinary text, as in `encode`."""
-        return self._encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+        try:
+            return self._encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+        except BaseException as exc:
+            if not _regex_failure(exc):
+                raise
+            return np.array(self.encode_by_pieces(text), np.uint32)
 
     def decode(self, ids: list[int]) -> str:
         return self._encoding.decode(ids, errors="replace")
 
     def decode_bytes(self, ids: list[int]) -> bytes:
         return self._encoding.decode_bytes(ids)
+
+
+_PIECES = regex.compile(GPT2_PATTERN)
+
+
+def _regex_failure(exc: BaseException) -> bool:
+    """Whether tiktoken gave up on a text in its regex: a ValueError naming the regex, or a Rust panic of
+    its stack (pyo3's PanicException, a BaseException that `except Exception` does not catch)."""
+    return (isinstance(exc, ValueError) and "Regex error" in str(exc)) or type(exc).__name__ == "PanicException"
 
 
 def padded_vocab_size(vocab_size: int, divisible_by: int = 128, tensor_parallel: int = 1) -> int:

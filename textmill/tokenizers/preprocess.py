@@ -109,13 +109,21 @@ def input_bytes(paths: list[Path], keys: tuple[str, ...]) -> int:
     return total
 
 
-def _encode_batch(tokenizer: GPT2Tokenizer, texts: list[str], eod: int | None, dtype) -> tuple[np.ndarray, list[int]]:
-    """Encode documents into one flat array plus their lengths (runs in a worker thread)."""
+def _encode_batch(tokenizer: GPT2Tokenizer, texts: list[str], wheres: list[str], eod: int | None,
+                  dtype) -> tuple[np.ndarray, list[int]]:
+    """Encode documents into one flat array plus their lengths (runs in a worker thread); a document the
+    encoder fails on is one error that names it."""
     parts = []
     lengths = []
     eod_part = np.array([eod if eod is not None else 0], dtype=np.uint32)
-    for text in texts:
-        ids = tokenizer.encode_array(text)
+    for text, where in zip(texts, wheres):
+        try:
+            ids = tokenizer.encode_array(text)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a Rust panic is a BaseException
+            raise TextmillError(f"tokenize cannot encode the document at {where} ({type(exc).__name__}: "
+                                f"{str(exc)[:200]}); no dataset written") from None
         parts.append(ids)
         if eod is not None and ids.size:  # Megatron appends no end-of-document token to an empty document
             parts.append(eod_part)
@@ -180,7 +188,8 @@ def tokenize_files(
     try:
         with ThreadPoolExecutor(cfg.workers) as pool:
             for batch, size in _batches(iter_records(inputs, keys), rejects):
-                futures = [pool.submit(_encode_batch, tokenizer, [r.texts[i] for r in batch], eod, dtype)
+                wheres = [r.where for r in batch]
+                futures = [pool.submit(_encode_batch, tokenizer, [r.texts[i] for r in batch], wheres, eod, dtype)
                            for i in range(len(keys))]
                 pending.append((batch, size, futures))
                 if len(pending) > 2 * cfg.workers:  # bounded read-ahead keeps memory flat

@@ -5,6 +5,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from support.files import MERGES, TEST_DATA, VOCAB
 from support.hf_models import gpt2_tokenizer
@@ -130,3 +132,34 @@ def test_the_vocabulary_is_padded_as_megatron_pads_it():
     """The smallest multiple of --make-vocab-size-divisible-by x tensor-parallel size, never one more."""
     assert [padded_vocab_size(50257, 128, tp) for tp in (1, 2, 4, 8)] == [50304, 50432, 50688, 51200]
     assert padded_vocab_size(50304, 128) == 50304 and padded_vocab_size(512, 128, 2) == 512
+
+
+WHITESPACE = [" ", "\n", "\t", "\r\n", "\r", "\u3000", "\xa0", "\u2028", "\x0b"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(st.one_of(st.sampled_from(["word", "x", "12", "'s", "!?", "日本", "é"]),
+                                st.tuples(st.sampled_from(WHITESPACE), st.integers(1, 400)).map(lambda t: t[0] * t[1])),
+                      max_size=12))
+def test_the_split_by_the_regex_module_gives_tiktokens_and_the_references_ids(reference_and_tiktoken, parts):
+    """The path for the texts tiktoken's regex gives up on (encode_by_pieces) gives the ids of tiktoken's own
+    path and of GPT-2's reference BPE, on texts with long runs of each kind of whitespace."""
+    ref, tok = reference_and_tiktoken
+    text = "".join(parts)
+    assert tok.encode_by_pieces(text) == tok._encoding.encode_ordinary(text) == ref.encode(text)
+
+
+@pytest.mark.parametrize("text", ["hello" + " " * 1_000_000 + "world", "a b " + "\n" * 1_200_000 + " end",
+                                  "x\t" + "\t \r\n" * 300_000 + "y"])
+def test_a_whitespace_run_of_a_million_characters_is_encoded_as_gpt2_encodes_it(reference_and_tiktoken, text):
+    """tiktoken's regex runs out of backtracking stack on these (a ValueError, or a Rust panic through
+    encode_ordinary); textmill encodes them, with the reference's ids."""
+    ref, tok = reference_and_tiktoken
+    with pytest.raises(ValueError, match="Regex error"):
+        tok._encoding.encode_to_numpy(text, disallowed_special=())
+    assert tok.encode(text) == tok.encode_array(text).tolist() == ref.encode(text)
+
+
+@pytest.fixture(scope="module")
+def reference_and_tiktoken():
+    return ReferenceBPE(*load_vocab_merges(VOCAB, MERGES)), GPT2Tokenizer(VOCAB, MERGES)
