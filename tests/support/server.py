@@ -58,6 +58,7 @@ BAD_REQUESTS = [
     ({"prompts": ["a"], "beam_width": "2"}, "beam_width must be integer"),
     ({"prompts": ["a"], "beam_width": 0}, "beam_width must be an integer > 1"),
     ({"prompts": ["a", "b"], "beam_width": 2}, "When doing beam_search, batch size must be 1"),
+    ({"prompts": ["a"], "beam_width": 100000}, "beam_width must be at most 16 (the server's --max-beam-width)"),
     ({"prompts": ["a"], "beam_width": 2, "top_k": 1, "logprobs": True}, "beam search takes no logprobs, top_k"),
     ({"prompts": ["a"], "beam_width": 2, "stop_token": 10**6}, "stop_token 1000000 is not a token"),
     ({"prompts": ["a"], "beam_width": 2, "stop_token": "x"}, "stop_token must be an integer"),

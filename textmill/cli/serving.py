@@ -14,7 +14,7 @@ def cmd_serve(args) -> str:
     from textmill.report.lines import serve_banner, served_line
     from textmill.trainer.device import pick_device
 
-    limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate)
+    limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate, args.max_beam_width)
     generator = TextGenerator(args.load, limits, pick_device(args.device), args.bf16, args.vocab_file, args.merge_file)
     try:
         server = make_server(generator, args.host, args.port, args.verbose)
@@ -71,6 +71,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-prompts", type=int, default=128, help="most prompts in one request")
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt in tokens (default: the model's positions)")
     p.add_argument("--max-tokens-to-generate", type=int, help="most tokens one request may ask for (default: the model's positions)")
+    p.add_argument("--max-beam-width", type=int, default=16,
+                   help="widest beam search one request may ask for (each beam holds a key/value cache and a step's "
+                   "logits over the vocabulary)")
     add_tokenizer_files(p, saved_tokenizer)
     p.add_argument("--device", default="auto", help="cuda, cpu, or auto")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")

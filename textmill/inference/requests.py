@@ -26,6 +26,7 @@ class Limits:
     max_prompts: int = 128  # Megatron's limit
     max_prompt_tokens: int | None = None  # None: the model's positions
     max_tokens_to_generate: int | None = None  # None: the model's positions
+    max_beam_width: int = 16  # beams x vocabulary logits a step, and a key/value cache per beam
 
 
 def is_int(value) -> bool:
@@ -128,6 +129,8 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
             raise BadRequest("beam_width must be integer")
         if beam_width < 1:
             raise BadRequest("beam_width must be an integer > 1")
+        if beam_width > limits.max_beam_width:
+            raise BadRequest(f"beam_width must be at most {limits.max_beam_width} (the server's --max-beam-width)")
         if len(prompts) > 1:
             raise BadRequest("When doing beam_search, batch size must be 1")
         given = [name for name, default in NOT_WITH_BEAM_SEARCH.items() if data.get(name, default) != default]
