@@ -112,11 +112,12 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("scheduler", help="Start Luigi's central scheduler with textmill's settings (lost workers retried).",
                        description=SCHEDULER_HELP, formatter_class=DocstringHelpFormatter)
-    p.add_argument("--address", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface, for workers "
-                   "on other machines)")
+    p.add_argument("--address", default="127.0.0.1", help="address to listen on: for workers on other machines, an "
+                   "address of a private network they share (luigid has no authentication)")
     p.add_argument("--port", type=int, default=8082, help="port to listen on")
     p.add_argument("--state-path", type=Path, default=Path("luigi-state.pickle"),
-                   help="where luigid keeps its task states across restarts")
+                   help="where luigid keeps its task states across restarts (a pickle luigid loads: keep it where "
+                   "only the scheduler's user can write)")
     p.add_argument("--logdir", type=Path, default=Path("luigi-logs"), help="folder of luigid's logs")
     p.add_argument("--print-config", action="store_true", help="print textmill's luigid settings, and exit")
     p.set_defaults(func=cmd_scheduler)

@@ -244,15 +244,28 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
 
 
 # ----------------------------------------------------------------------------------------------- import
-def read_hf_weights(folder: Path) -> dict:
+def load_safetensors(path: Path) -> dict:
+    """A safetensors file's tensors, or one error line when its header lies (offsets past the end,
+    overlapping or missing tensors), it is cut short, or it is not safetensors at all."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as exc:
+        raise TextmillError(f"{path}: not a readable safetensors file ({str(exc).strip().splitlines()[-1][:200]})") from None
+
+
+def read_hf_weights(folder: Path) -> dict:
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
     if single.exists():
-        return load_file(single)
+        return load_safetensors(single)
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for f in files for k, v in load_file(folder / f).items()}
+        try:
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise TextmillError(f"{index}: not a safetensors index (a JSON object with a weight_map of file names)") from None
+        return {k: v for f in files for k, v in load_safetensors(folder / f).items()}
     if (folder / "pytorch_model.bin").exists():
         try:  # weights_only: a pickle that would run code is refused, never run
             return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)

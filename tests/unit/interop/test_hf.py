@@ -134,3 +134,33 @@ def test_import_hf_gptj_keeps_its_function_and_round_trips(tmp_path):
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():
         assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("damage", ["offsets past the end", "cut short", "not safetensors", "bad index"])
+def test_a_safetensors_file_whose_header_lies_is_one_error(tmp_path, damage):
+    import struct
+
+    from safetensors.torch import save_file
+
+    from textmill.errors import TextmillError
+    from textmill.interop.hf import read_hf_weights
+
+    weights = tmp_path / "model.safetensors"
+    save_file({"wte": torch.zeros(4, 8), "wpe": torch.ones(2, 8)}, weights)
+    data = weights.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + size])
+    if damage == "offsets past the end":
+        header["wpe"]["data_offsets"] = [0, 10**9]
+        text = json.dumps(header).encode()
+        weights.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + size :])
+    elif damage == "cut short":
+        weights.write_bytes(data[: len(data) - 20])
+    elif damage == "not safetensors":
+        weights.write_bytes(b"\xff" * 64)
+    else:
+        weights.unlink()
+        (tmp_path / "model.safetensors.index.json").write_text("[1, 2]")
+    with pytest.raises(TextmillError) as refused:
+        read_hf_weights(tmp_path)
+    assert len(str(refused.value).splitlines()) == 1
