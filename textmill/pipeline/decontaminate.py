@@ -19,6 +19,7 @@ at its cuts (the reference's pieces after the first begin with the space after a
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from collections import Counter
@@ -37,17 +38,20 @@ _WORD = re.compile(r"\w+")
 
 @dataclass
 class EvalNgrams:
-    """The evaluation n-grams, as tuples of words, by length; `firsts` indexes the first two words so
-    that most positions of a training document are ruled out without building an n-gram."""
+    """The evaluation n-grams, as tuples of words, by length; `firsts` indexes the first two words and
+    `heads` the first words of the shortest length, so that most positions of a training document are ruled
+    out without building an n-gram."""
 
     grams: set[tuple[str, ...]]
     lengths: list[int]
     firsts: set[tuple[str, str]]
+    heads: set[tuple[str, ...]]
 
     @classmethod
     def build(cls, grams: Iterable[tuple[str, ...]]) -> "EvalNgrams":
         grams = set(grams)
-        return cls(grams, sorted({len(g) for g in grams}), {g[:2] for g in grams})
+        lengths = sorted({len(g) for g in grams})
+        return cls(grams, lengths, {g[:2] for g in grams}, {g[: lengths[0]] for g in grams} if grams else set())
 
 
 def words_of(text: str) -> list[str]:
@@ -86,16 +90,22 @@ def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str
     finds it: at each word from the left, the max_ngram-gram, then every length in the set shortest first;
     past the last full max_ngram-gram, only the shorter lengths inside it. Positions are those of the
     lower-cased text, as there."""
-    matches = [(m.group(), m.start()) for m in _WORD.finditer(text.lower())]
-    words = [w for w, _ in matches]
+    lower = text.lower()
+    words = _WORD.findall(lower)
+    if ngrams.firsts.isdisjoint(zip(words, words[1:])):  # most documents: no n-gram can start anywhere
+        return None
     last = len(words) - max_ngram
 
     def at(i: int, n: int) -> tuple[int, str] | None:
         gram = tuple(words[i : i + n])
-        return (matches[i][1], " ".join(gram)) if len(gram) == n and gram in ngrams.grams else None
+        if len(gram) != n or gram not in ngrams.grams:
+            return None
+        start = next(itertools.islice(_WORD.finditer(lower), i, None)).start()  # only for a match
+        return start, " ".join(gram)
 
-    for i in range(last + 1):
-        if (words[i], words[i + 1]) in ngrams.firsts:
+    firsts, heads, shortest = ngrams.firsts, ngrams.heads, ngrams.lengths[0]
+    for i in [i for i, pair in enumerate(zip(words[: last + 1], words[1 : last + 2])) if pair in firsts]:
+        if tuple(words[i : i + shortest]) in heads:  # every n-gram is at least `shortest` words long
             for n in (max_ngram, *ngrams.lengths):
                 if found := at(i, n):
                     return found

@@ -1,12 +1,16 @@
 """Dedup: MinHash precision and recall, reused signatures, band steps in any order, exact duplicates first."""
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import random
+import re
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from support.files import write_jsonl
 from textmill.demo import synthweb
@@ -216,3 +220,31 @@ def test_a_band_merge_of_more_runs_than_the_open_files_soft_limit_raises_it(tmp_
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= runs
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def plain_shingles(text: str, size: int, unit: str) -> set[bytes]:
+    """The definition, holding every shingle at once (what shingle_chunks streams)."""
+    if unit == "word":
+        words = re.findall(r"\w+", text.lower())
+        return {" ".join(words[i : i + size]).encode() for i in range(max(len(words) - size + 1, 1))}
+    text = " ".join(text.lower().split())
+    return {text[i : i + size].encode() for i in range(max(len(text) - size + 1, 1))}
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(st.sampled_from(list("ab cD\n\t\u3000\x1c\xa0é日 ,.")), max_size=80), size=st.integers(1, 6),
+       unit=st.sampled_from(["word", "char"]), small=st.booleans())
+def test_shingles_made_as_the_text_is_read_are_the_definitions(text, size, unit, small):
+    """In chunks and pieces (tiny ones too, so that every boundary is crossed), the same shingles and the
+    same words hash as when the whole text is held."""
+    sizes = {"_HASH_CHUNK": 3, "_TEXT_PIECE": 2, "_SEEN_SHINGLES": 2} if small else {}
+    saved = {name: getattr(dedup, name) for name in sizes}
+    try:
+        for name, value in sizes.items():
+            setattr(dedup, name, value)
+        assert shingles(text, size, unit) == plain_shingles(text, size, unit)
+        assert dedup.words_hash(text) == hashlib.blake2b(" ".join(re.findall(r"\w+", text.lower())).encode(),
+                                                         digest_size=16).digest()
+    finally:
+        for name, value in saved.items():
+            setattr(dedup, name, value)
