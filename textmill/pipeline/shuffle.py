@@ -50,7 +50,8 @@ def scatter_record(scattered: Path) -> Path:
     return scattered.with_name(scattered.stem + ".scatter.json")
 
 
-SCATTER_ROWS = 4096  # documents a scatter holds at a time
+SCATTER_ROWS = 4096  # documents a scatter reads at a time
+SCATTER_BUFFER_BYTES = 64 << 20  # documents a scatter holds before it writes every bucket's as a row group
 
 
 def document_batches(shard: Path) -> Iterator[pa.Table]:
@@ -73,11 +74,25 @@ def document_batches(shard: Path) -> Iterator[pa.Table]:
 
 
 def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict:
-    """Write `shard`'s documents to `output`, each batch sorted by bucket, a row group per bucket of a batch,
-    then the record saying which row groups hold each bucket; returns the record. Rows keep their input
-    order within a bucket."""
+    """Write `shard`'s documents to `output` grouped by bucket, then the record saying which row groups hold
+    each bucket; returns the record. Rows keep their input order within a bucket. Each bucket's rows are
+    held until SCATTER_BUFFER_BYTES are held in all, then every bucket is written as a row group: a unit
+    of ordinary size gives one row group per bucket (few and large, which each gather reads), a large one
+    a few per bucket, its memory bounded all the same."""
     row_groups: dict[str, list[int]] = {}
-    rows = groups = 0
+    rows = groups = held_bytes = 0
+    held: dict[int, list[pa.Table]] = {}
+
+    def flush(writer: pq.ParquetWriter) -> None:
+        nonlocal groups, held_bytes
+        for bucket in sorted(held):
+            part = pa.concat_tables(held[bucket]).combine_chunks()
+            writer.write_table(part, row_group_size=part.num_rows)
+            row_groups.setdefault(str(bucket), []).append(groups)
+            groups += 1
+        held.clear()
+        held_bytes = 0
+
     with atomic_path(output) as tmp:
         with pq.ParquetWriter(tmp, SCATTER_SCHEMA, compression="zstd") as writer:
             for table in document_batches(shard):
@@ -87,10 +102,12 @@ def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict
                 table, buckets = table.take(order), buckets[order]
                 starts = np.flatnonzero(np.diff(buckets, prepend=-1))
                 for start, end in zip(starts, [*starts[1:], len(buckets)]):
-                    writer.write_table(table.slice(start, end - start), row_group_size=int(end - start))
-                    row_groups.setdefault(str(int(buckets[start])), []).append(groups)
-                    groups += 1
+                    held.setdefault(int(buckets[start]), []).append(table.slice(start, end - start))
+                held_bytes += table.nbytes
                 rows += table.num_rows
+                if held_bytes >= SCATTER_BUFFER_BYTES:
+                    flush(writer)
+            flush(writer)
     record = {"input": file_fingerprint(shard), "output": output.name, "rows": rows,
               "num_shards": num_shards, "seed": seed, "row_groups": row_groups}
     write_json(record, scatter_record(output))

@@ -49,13 +49,16 @@ def test_the_order_is_the_one_textmill_0_1_gave(tmp_path):
         assert hashlib.sha256(order.encode()).hexdigest()[:16] == digest, b
 
 
-@pytest.mark.parametrize("batch", [7, 4096])
+@pytest.mark.parametrize("batch,held", [(7, 1), (4096, 64 << 20)])
 def test_scatter_and_gather_steps_in_any_order_and_batches_of_any_size_give_the_same_shards(tmp_path, monkeypatch,
-                                                                                            batch):
-    """A scatter holds a batch of documents at a time: batches of 7 give the shards one batch of all gives."""
+                                                                                            batch, held):
+    """A scatter reads a batch of documents at a time and writes its buckets when it holds `held` bytes:
+    batches of 7 written at once give the shards one batch of all gives; a unit held whole is one row group
+    per bucket."""
     inputs = shuffle_inputs(tmp_path)
     shuffle_shards(inputs, tmp_path / "whole", 3, seed=5)
     monkeypatch.setattr(shuffle, "SCATTER_ROWS", batch)
+    monkeypatch.setattr(shuffle, "SCATTER_BUFFER_BYTES", held)
     scattered = [tmp_path / "scatter" / f"{i}.parquet" for i in range(len(inputs))]
     (tmp_path / "scatter").mkdir()
     for i in reversed(range(len(inputs))):  # as independent workers might run them
@@ -63,6 +66,7 @@ def test_scatter_and_gather_steps_in_any_order_and_batches_of_any_size_give_the_
         assert record["rows"] == (201 if i == 1 else 200)
         groups = sum(len(g) for g in record["row_groups"].values())
         assert pq.ParquetFile(scattered[i]).num_row_groups == groups <= 3 * -(-record["rows"] // batch)
+        assert all(len(g) == 1 for g in record["row_groups"].values()) or held == 1
     for b in (2, 0, 1):
         gather_bucket(scattered, b, tmp_path / "steps" / f"part-{b:05d}.parquet", 3, seed=5)
     whole = [*(tmp_path / "whole").glob("*.parquet"), *(tmp_path / "whole").glob(".rejects/*.parquet")]
