@@ -152,24 +152,28 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     # This run names its endpoint in the run file instead of the environment.
     config.write_text(config.read_text() + f'[storage.s3]\nendpoint_url = "{os.environ["AWS_ENDPOINT_URL"]}"\n')
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    # A session of its own: the signals go to its task and extraction processes too, not to it alone.
     run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline, uploading = time.monotonic() + 300, False
-    while not uploading and time.monotonic() < deadline:  # a scraped shard's data is in, its manifest not yet
-        run.send_signal(signal.SIGSTOP)  # the store as the kill will leave it, looked at while the run stands still
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def data_without_manifest() -> bool:
         s3.invalidate_cache()
         names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}  # relative to the stage's key folder
-        uploading = any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+        return any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+
+    deadline, uploading = time.monotonic() + 300, False
+    while not uploading and time.monotonic() < deadline:  # a scraped shard's data is in, its manifest not yet
+        os.killpg(run.pid, signal.SIGSTOP)  # the store as the kill will leave it, looked at while the run stands still
+        # A request the run sent just before it stopped still lands: look again once it has.
+        uploading = data_without_manifest() and (time.sleep(2) or data_without_manifest())
         if not uploading:
-            run.send_signal(signal.SIGCONT)
+            os.killpg(run.pid, signal.SIGCONT)
             time.sleep(0.005)
-    run.send_signal(signal.SIGKILL)
+    os.killpg(run.pid, signal.SIGKILL)
     run.wait()
     assert uploading, "the run was not seen uploading"
     # What the kill left: a shard's data without its manifest, which the rerun does not take for finished.
-    s3.invalidate_cache()
-    names = {k.split("/", 4)[-1] for k in s3.find("killed/work/2-scrape")}
-    assert any(f".manifests/{n.split('.')[0]}.json" not in names for n in names if "/" not in n)
+    assert data_without_manifest()
 
     r = run_cli("run", str(config), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
