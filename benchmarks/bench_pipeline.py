@@ -24,7 +24,8 @@ from datasketch import MinHash
 from textmill.demo import synthweb
 from textmill.pipeline.blacklist import BlacklistConfig
 from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_document
-from textmill.pipeline.dedup import DedupConfig, shingles, signature
+from textmill.pipeline.dedup import DedupConfig, signature
+from textmill.pipeline.shingles import shingles
 from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
 from textmill.workflows.commands import run_stage
 

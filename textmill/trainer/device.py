@@ -17,8 +17,10 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise TextmillError("--device cuda, but torch sees no CUDA device")
     if name == "cuda":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        # A scheduler may show each process only its own GPU: LOCAL_RANK then exceeds the visible devices.
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device(name)
 
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from support.files import write_jsonl
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.pipeline import dedup
+from textmill.pipeline import dedup, shingles as shingling
+from textmill.pipeline.shingles import shingles
 from textmill.pipeline.dedup import (
     DedupConfig,
     band_keys_shard,
     band_pairs,
     cluster_pairs,
-    shingles,
     signature_shard,
     write_pairs,
 )
@@ -238,13 +238,13 @@ def test_shingles_made_as_the_text_is_read_are_the_definitions(text, size, unit,
     """In chunks and pieces (tiny ones too, so that every boundary is crossed), the same shingles and the
     same words hash as when the whole text is held."""
     sizes = {"_HASH_CHUNK": 3, "_TEXT_PIECE": 2, "_SEEN_SHINGLES": 2} if small else {}
-    saved = {name: getattr(dedup, name) for name in sizes}
+    saved = {name: getattr(shingling, name) for name in sizes}
     try:
         for name, value in sizes.items():
-            setattr(dedup, name, value)
+            setattr(shingling, name, value)
         assert shingles(text, size, unit) == plain_shingles(text, size, unit)
-        assert dedup.words_hash(text) == hashlib.blake2b(" ".join(re.findall(r"\w+", text.lower())).encode(),
+        assert shingling.words_hash(text) == hashlib.blake2b(" ".join(re.findall(r"\w+", text.lower())).encode(),
                                                          digest_size=16).digest()
     finally:
         for name, value in saved.items():
-            setattr(dedup, name, value)
+            setattr(shingling, name, value)
