@@ -137,21 +137,38 @@ def has_lone_surrogate(value) -> bool:
 
 
 JSON_LINE_REASONS = {"undecodable": "not valid UTF-8", "invalid_json": "not valid JSON",
-                     "invalid_unicode": "a lone surrogate escape (\\ud800-\\udfff), which is not text"}
+                     "invalid_unicode": "a lone surrogate escape (\\ud800-\\udfff), which is not text",
+                     "too_large": "a line longer than the largest document taken ([input] max_document_bytes)"}
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, object, str | None]]:
+def iter_json_lines(path: Path, max_bytes: int = 0) -> Iterator[tuple[int, bytes, object, str | None]]:
     """(line number, raw line, parsed value, None) for each non-blank line of a loose JSON file (gzipped
     when its name ends in .gz), or (line number, raw line, None, reason) when the line is not valid UTF-8
-    JSON (`undecodable`, `invalid_json`) or holds a lone surrogate escape (`invalid_unicode`);
-    JSON_LINE_REASONS says each. A gzip file cut short is one error."""
+    JSON (`undecodable`, `invalid_json`), holds a lone surrogate escape (`invalid_unicode`), or is longer
+    than `max_bytes` (`too_large`: its first 200 bytes; 0 takes any); JSON_LINE_REASONS says each. A gzip
+    file cut short is one error."""
     try:
         with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                if raw.strip():
+            for lineno, (raw, too_large) in enumerate(_lines(f, max_bytes), 1):
+                if too_large:
+                    yield lineno, raw, None, "too_large"
+                elif raw.strip():
                     yield lineno, raw, *parsed_line(raw)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TextmillError(f"{path} is not a whole gzip file ({exc}); its lines cannot all be read") from None
+
+
+def _lines(f, max_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """(line, False) for each line of a binary file, or (its first 200 bytes, True) for a line longer than
+    `max_bytes` without its line end: such a line is read past a block at a time, never held whole."""
+    while raw := (f.readline(max_bytes + 2) if max_bytes else f.readline()):
+        if not max_bytes or len(raw.rstrip(b"\r\n")) <= max_bytes:
+            yield raw, False
+            continue
+        head = raw[:200]
+        while raw and not raw.endswith(b"\n"):
+            raw = f.readline(1 << 20)
+        yield head, True
 
 
 # A \\uD800-\\uDFFF escape: only a line with one is checked for a lone surrogate (JSON written with

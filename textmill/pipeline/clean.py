@@ -78,7 +78,8 @@ def token_counter(tokenizer: GPT2Tokenizer | None) -> tuple[Callable[[str], int]
     return (lambda text: len(tokenizer.encode(text)) + 1), [file_fingerprint(p)["sha256"] for p in tokenizer.files]
 
 
-def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None) -> dict:
+def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Tokenizer | None = None,
+                max_document_bytes: int = 0) -> dict:
     """Clean one document shard into `output`; returns its manifest."""
     count, counted_by = token_counter(tokenizer)
     stats = {"ftfy_changed": 0}
@@ -88,4 +89,5 @@ def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Toke
         stats["ftfy_changed"] += fixed
         return row, reason
 
-    return filter_documents("clean", shard, output, {**cfg.params(), "tokenizer": counted_by}, decide, stats=stats)
+    return filter_documents("clean", shard, output, {**cfg.params(), "tokenizer": counted_by}, decide, stats=stats,
+                            max_document_bytes=max_document_bytes)

@@ -130,10 +130,10 @@ def found_in(text: str, ngrams: EvalNgrams, max_ngram: int) -> set[str]:
     return found
 
 
-def count_matches(shard: Path, ngrams: EvalNgrams, max_ngram: int) -> Counter:
+def count_matches(shard: Path, ngrams: EvalNgrams, max_ngram: int, max_document_bytes: int = 0) -> Counter:
     """Pass 1 on one shard: in how many of its documents each evaluation n-gram is found."""
     counts: Counter = Counter()
-    for row, bad in iter_documents(shard):
+    for row, bad in iter_documents(shard, max_document_bytes):
         if not bad:
             counts.update(found_in(row["text"] or "", ngrams, max_ngram))
     return counts
@@ -191,7 +191,8 @@ def clean_pieces(text: str, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> lis
 TOUCHED_LISTED = 20  # documents a shard's manifest names among those the cuts touched
 
 
-def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig) -> dict:
+def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig,
+                        max_document_bytes: int = 0) -> dict:
     """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
     stats = {"documents_touched": 0, "characters_removed": 0, "touched": []}
 
@@ -212,7 +213,8 @@ def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: Deco
             return row, "contaminated_no_clean_fragment" if not pieces else "contaminated_too_many_pieces"
         return [{**row, "id": f"{row['id']}-{k}", "text": p} for k, p in enumerate(pieces)], None
 
-    return filter_documents("decontaminate", shard, output, cfg.params(), decide, [shard, *cfg.eval_files], stats)
+    return filter_documents("decontaminate", shard, output, cfg.params(), decide, [shard, *cfg.eval_files], stats,
+                            max_document_bytes)
 
 
 def summary(selected: dict, manifests: list[dict]) -> dict:

@@ -83,8 +83,9 @@ def signature(text: str, cfg: DedupConfig) -> np.ndarray:
     return m.hashvalues.astype(np.uint32)
 
 
-def _signature_schema(cfg: DedupConfig, shard: Path) -> pa.Schema:
-    made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"], "words_hash": "blake2b-128"}
+def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:
+    made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"], "words_hash": "blake2b-128",
+                 "max_document_bytes": max_document_bytes}
     meta = {b"textmill.minhash": json.dumps(made_from, sort_keys=True).encode()}
     return pa.schema([("id", pa.string()), ("signature", pa.list_(pa.uint32(), cfg.num_perm)),
                       ("words_hash", pa.binary(16))], metadata=meta)
@@ -93,11 +94,11 @@ def _signature_schema(cfg: DedupConfig, shard: Path) -> pa.Schema:
 SIGNATURE_ROWS = 1024  # signatures held before they are written, a row group each
 
 
-def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
+def signature_shard(shard: Path, path: Path, cfg: DedupConfig, max_document_bytes: int = 0) -> Path:
     """Compute a shard's signatures into `path`, or reuse `path` when it was made with the same
     parameters from the same shard (new shards added later do not recompute the old ones). Written a row
     group at a time: the memory is a batch of signatures and a words hash per document, whatever the shard."""
-    schema = _signature_schema(cfg, shard)
+    schema = _signature_schema(cfg, shard, max_document_bytes)
     if path.exists() and pq.read_schema(path).metadata == schema.metadata:
         return path
     seen: dict[bytes, np.ndarray | None] = {}  # a words hash -> its signature, when it is in this batch
@@ -113,7 +114,7 @@ def signature_shard(shard: Path, path: Path, cfg: DedupConfig) -> Path:
         batch.clear()
 
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        for row, bad in progress(iter_documents(shard), desc=f"minhash {shard.stem}", unit="doc"):
+        for row, bad in progress(iter_documents(shard, max_document_bytes), desc=f"minhash {shard.stem}", unit="doc"):
             if bad:
                 continue  # rejected with its reason by filter_shard
             text = row["text"] or ""
@@ -353,7 +354,7 @@ def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
     write_json({**clusters, "params": cfg.params()}, path)
 
 
-def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Path) -> dict:
+def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Path, max_document_bytes: int = 0) -> dict:
     """Keep the documents of `shard` that are not duplicates of an earlier one, as the clusters record
     (write_clusters) names them (`exact`: those whose words are their keeper's)."""
     clusters = read_json(clusters_file)
@@ -365,4 +366,4 @@ def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Pat
             return row, None
         return row, f"{'exact' if row['id'] in exact else 'near'}_duplicate_of={keeper}"
 
-    return filter_documents("dedup", shard, output, cfg.params(), decide, [shard])
+    return filter_documents("dedup", shard, output, cfg.params(), decide, [shard], max_document_bytes=max_document_bytes)

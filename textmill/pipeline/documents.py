@@ -27,15 +27,18 @@ OWN_FIELDS = ("id", "text", "metadata")  # every other column may come from a re
 _BLANK = dict.fromkeys(DOC_SCHEMA.names)
 
 
-def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
+def iter_documents(path: Path, max_bytes: int = 0) -> Iterator[tuple[dict, str | None]]:
     """(document row, None) for each record of a shard, or (row, reason) for a bad one to reject.
 
     A loose JSON line that is not valid UTF-8 JSON, or a record without a string "text", becomes a reject
-    that names its line, never a silent skip. A record's id is its "id" field, else one derived from its
+    that names its line, never a silent skip. So does a record of another tool's file over `max_bytes` (a
+    JSON line's bytes, a Parquet row's text in UTF-8; 0 takes any): `too_large`, its text cut to 200
+    characters. textmill's own shards hold documents that passed the limit where they came in (a scraped
+    page is bounded by [scrape] max_bytes). A record's id is its "id" field, else one derived from its
     URL, else "<file>:<line>"."""
     name, first = unit_origin(path)  # a unit cut from a bigger file names its records as that file does
     if is_loose_json(path):
-        for lineno, raw, obj, reason in iter_json_lines(path):
+        for lineno, raw, obj, reason in iter_json_lines(path, max_bytes):
             where = f"{name}:{lineno + first - 1}"
             if reason:
                 yield {**_BLANK, "id": where, "text": raw[:200].decode("utf-8", "replace")}, reason
@@ -43,10 +46,18 @@ def iter_documents(path: Path) -> Iterator[tuple[dict, str | None]]:
                 yield document_row(obj, where)
     elif is_foreign_parquet(path):
         for number, record in enumerate(read_rows(path), first):
-            yield document_row(record, f"{name}:{number}")
+            row, reason = document_row(record, f"{name}:{number}")
+            if reason is None and max_bytes and utf8_over(row["text"], max_bytes):
+                row, reason = {**row, "text": row["text"][:200]}, "too_large"
+            yield row, reason
     else:
         for row in read_rows(path, kind="document"):
             yield row, None
+
+
+def utf8_over(text: str, limit: int) -> bool:
+    """Whether `text` takes more than `limit` bytes in UTF-8 (encoded only when its length cannot tell)."""
+    return len(text) > limit or (4 * len(text) > limit and len(text.encode("utf-8", "surrogatepass")) > limit)
 
 
 def is_foreign_parquet(path: Path) -> bool:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from itertools import count
+from itertools import count, islice
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import regex
 
@@ -29,14 +30,39 @@ STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
 _SENTENCE_END = regex.compile(r"\p{Sentence_Terminal}$")
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAKS = re.compile(r"\n+")
+_NEWLINE = re.compile(r"\n")
+_LINE_END = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines() cuts
+_WORD = re.compile(r"\S+")  # a word as str.split() cuts it
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 C4_LINE_ENDS = (".", "?", "!", '"', "'")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+# The rules read a document's lines and paragraphs one at a time, keeping counts and the distinct ones (to
+# find repeats), and C4's rules count a line's words without listing them: a 30 MB line cost 700 MB as a list.
 
 
 def is_symbol(word: str) -> bool:
     """Whether a word is punctuation and symbols only (Gopher counts only the other words)."""
     return all(unicodedata.category(c)[0] in "PS" or unicodedata.category(c) == "Cc" for c in word)
+
+
+def pieces(pattern: re.Pattern, text: str) -> Iterator[str]:
+    """pattern.split(text), a piece at a time."""
+    start = 0
+    for cut in pattern.finditer(text):
+        yield text[start : cut.start()]
+        start = cut.end()
+    yield text[start:]
+
+
+def text_lines(text: str) -> Iterator[str]:
+    """text.splitlines(), a line at a time."""
+    start = 0
+    for cut in _LINE_END.finditer(text):
+        yield text[start : cut.start()]
+        start = cut.end()
+    if start < len(text):
+        yield text[start:]
 
 
 def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | None:
@@ -57,10 +83,14 @@ def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | Non
         return "hash_symbols"
     if cfg.max_symbol_word_ratio and (text.count("...") + text.count("…")) / len(words) > cfg.max_symbol_word_ratio:
         return "ellipses"
-    lines = text.splitlines()
-    if cfg.max_bullet_lines and sum(line.lstrip().startswith(("•", "-")) for line in lines) / len(lines) > cfg.max_bullet_lines:
+    lines = bullets = ellipses = 0
+    for line in text_lines(text):
+        lines += 1
+        bullets += line.lstrip().startswith(("•", "-"))
+        ellipses += line.rstrip().endswith(("...", "…"))
+    if cfg.max_bullet_lines and bullets / lines > cfg.max_bullet_lines:
         return "bullet_lines"
-    if cfg.max_ellipsis_lines and sum(line.rstrip().endswith(("...", "…")) for line in lines) / len(lines) > cfg.max_ellipsis_lines:
+    if cfg.max_ellipsis_lines and ellipses / lines > cfg.max_ellipsis_lines:
         return "ellipsis_lines"
     if cfg.min_alphabetic_words and sum(any(c.isalpha() for c in w) for w in words) / len(words) < cfg.min_alphabetic_words:
         return "few_alphabetic_words"
@@ -69,15 +99,16 @@ def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | Non
     return None
 
 
-def repeated(items: list[str]) -> tuple[int, int]:
-    """How many items repeat an earlier one, and their characters."""
-    seen, number, chars = set(), 0, 0
+def repeated(items: Iterable[str]) -> tuple[int, int, int]:
+    """(how many items there are, how many repeat an earlier one, the characters of those)."""
+    seen, total, number, chars = set(), 0, 0, 0
     for item in items:
+        total += 1
         if item in seen:
             number, chars = number + 1, chars + len(item)
         else:
             seen.add(item)
-    return number, chars
+    return total, number, chars
 
 
 def top_ngram_chars(words: list[str], n: int) -> int:
@@ -106,15 +137,13 @@ def duplicate_ngram_chars(words: list[str], n: int) -> int:
 
 def gopher_repetition(text: str, words: list[str], cfg: QualityConfig) -> str | None:
     """Gopher's repetition rules: the reason the document fails, or None."""
-    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
-    number, chars = repeated(paragraphs)
-    if cfg.max_duplicate_paragraphs and number / len(paragraphs) > cfg.max_duplicate_paragraphs:
+    paragraphs, number, chars = repeated(pieces(_PARAGRAPH_BREAK, text.strip()))
+    if cfg.max_duplicate_paragraphs and number / paragraphs > cfg.max_duplicate_paragraphs:
         return "duplicate_paragraphs"
     if cfg.max_duplicate_paragraph_chars and chars / len(text) > cfg.max_duplicate_paragraph_chars:
         return "duplicate_paragraph_chars"
-    lines = _LINE_BREAKS.split(text)
-    number, chars = repeated(lines)
-    if cfg.max_duplicate_lines and number / len(lines) > cfg.max_duplicate_lines:
+    lines, number, chars = repeated(pieces(_LINE_BREAKS, text))
+    if cfg.max_duplicate_lines and number / lines > cfg.max_duplicate_lines:
         return "duplicate_lines"
     if cfg.max_duplicate_line_chars and chars / len(text) > cfg.max_duplicate_line_chars:
         return "duplicate_line_chars"
@@ -131,18 +160,19 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
     """C4's rules: (the text with its kept lines, the reason the page fails or None). Dropped lines are
     counted in `dropped` by rule."""
     kept, sentences = [], 0
-    for line in text.splitlines():
+    too_long = re.compile(rf"\S{{{cfg.c4_max_word_length + 1}}}")
+    for line in text_lines(text):
         line = line.strip()
-        words = line.split()
-        if cfg.c4_max_word_length and any(len(w) > cfg.c4_max_word_length for w in words):
+        if cfg.c4_max_word_length and too_long.search(line):
             dropped["too_long_word"] += 1
             continue
+        few_words = sum(1 for _ in islice(_WORD.finditer(line), cfg.c4_min_words_per_line)) < cfg.c4_min_words_per_line
         if cfg.c4_remove_citations:
             line = CITATION.sub("", line)
         if terminal_punctuation and (not line.endswith(C4_LINE_ENDS) or line.endswith("...")):
             dropped["no_terminal_punctuation"] += 1
             continue
-        if len(words) < cfg.c4_min_words_per_line:
+        if few_words:
             dropped["too_few_words"] += 1
             continue
         lower = line.lower()
@@ -166,15 +196,22 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
 
 def fineweb(text: str, words: list[str], cfg: QualityConfig) -> str | None:
     """FineWeb's rules: the reason the document fails, or None."""
-    lines = [line for line in text.split("\n") if line.strip()]
+    lines = punctuated = short = 0
+    for line in pieces(_NEWLINE, text):
+        if line.strip():
+            lines += 1
+            punctuated += bool(_SENTENCE_END.search(line))
+            short += len(line) <= cfg.short_line_chars
     if not lines:
         return "empty"
-    if sum(bool(_SENTENCE_END.search(line)) for line in lines) / len(lines) < cfg.min_line_punctuation:
+    if punctuated / lines < cfg.min_line_punctuation:
         return "line_punctuation"
-    if cfg.max_short_lines and sum(len(line) <= cfg.short_line_chars for line in lines) / len(lines) > cfg.max_short_lines:
+    if cfg.max_short_lines and short / lines > cfg.max_short_lines:
         return "short_lines"
-    if cfg.max_duplicate_line_chars_fineweb and repeated(lines)[1] / len(text.replace("\n", "")) > cfg.max_duplicate_line_chars_fineweb:
-        return "repeated_line_chars"
+    if cfg.max_duplicate_line_chars_fineweb:
+        chars = repeated(line for line in pieces(_NEWLINE, text) if line.strip())[2]
+        if chars / (len(text) - text.count("\n")) > cfg.max_duplicate_line_chars_fineweb:
+            return "repeated_line_chars"
     if cfg.max_newlines_per_word and text.count("\n") / len(words) > cfg.max_newlines_per_word:
         return "list_like"
     return None
@@ -201,7 +238,7 @@ def judge(text: str, cfg: QualityConfig, dropped: Counter) -> tuple[str, str | N
     return text, None
 
 
-def quality_shard(shard: Path, output: Path, cfg: QualityConfig) -> dict:
+def quality_shard(shard: Path, output: Path, cfg: QualityConfig, max_document_bytes: int = 0) -> dict:
     """Apply the preset's rules to one document shard into `output`; returns its manifest."""
     stats = {"shortened": 0, "lines_dropped": Counter()}  # the manifest is written with sorted keys
 
@@ -212,4 +249,5 @@ def quality_shard(shard: Path, output: Path, cfg: QualityConfig) -> dict:
             return {**row, "text": text}, None
         return row, reason
 
-    return filter_documents("quality", shard, output, cfg.params(), decide, stats=stats)
+    return filter_documents("quality", shard, output, cfg.params(), decide, stats=stats,
+                            max_document_bytes=max_document_bytes)

@@ -54,11 +54,11 @@ SCATTER_ROWS = 4096  # documents a scatter reads at a time
 SCATTER_BUFFER_BYTES = 64 << 20  # documents a scatter holds before it writes every bucket's as a row group
 
 
-def document_batches(shard: Path) -> Iterator[pa.Table]:
+def document_batches(shard: Path, max_document_bytes: int = 0) -> Iterator[pa.Table]:
     """A shard's documents as tables of SCATTER_SCHEMA of at most SCATTER_ROWS rows (reason set for a bad
-    loose-JSON record)."""
+    record of another tool's file)."""
     if is_loose_json(shard) or is_foreign_parquet(shard):
-        rows = ({**row, "reason": bad} for row, bad in iter_documents(shard))
+        rows = ({**row, "reason": bad} for row, bad in iter_documents(shard, max_document_bytes))
         while batch := list(itertools.islice(rows, SCATTER_ROWS)):
             yield pa.Table.from_pylist(batch, schema=SCATTER_SCHEMA)
         return
@@ -73,7 +73,7 @@ def document_batches(shard: Path) -> Iterator[pa.Table]:
         yield table.append_column("reason", pa.nulls(table.num_rows, pa.string()))
 
 
-def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict:
+def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int, max_document_bytes: int = 0) -> dict:
     """Write `shard`'s documents to `output` grouped by bucket, then the record saying which row groups hold
     each bucket; returns the record. Rows keep their input order within a bucket. Each bucket's rows are
     held until SCATTER_BUFFER_BYTES are held in all, then every bucket is written as a row group: a unit
@@ -95,7 +95,7 @@ def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict
 
     with atomic_path(output) as tmp:
         with pq.ParquetWriter(tmp, SCATTER_SCHEMA, compression="zstd") as writer:
-            for table in document_batches(shard):
+            for table in document_batches(shard, max_document_bytes):
                 buckets = np.fromiter((bucket_of(i, seed, num_shards) for i in table["id"].to_pylist()), np.int64,
                                       table.num_rows)
                 order = np.argsort(buckets, kind="stable")
@@ -109,7 +109,8 @@ def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int) -> dict
                     flush(writer)
             flush(writer)
     record = {"input": file_fingerprint(shard), "output": output.name, "rows": rows,
-              "num_shards": num_shards, "seed": seed, "row_groups": row_groups}
+              "num_shards": num_shards, "seed": seed,
+              "max_document_bytes": max_document_bytes, "row_groups": row_groups}
     write_json(record, scatter_record(output))
     return record
 

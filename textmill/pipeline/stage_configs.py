@@ -24,12 +24,19 @@ class StageConfig(Settings):
 
 @dataclass(frozen=True)
 class InputConfig(StageConfig):
-    """How document files given to a stage command are cut into units of work."""
+    """How document files given to a stage command are cut into units of work, and how large a document
+    of theirs may be."""
 
     documents_per_shard: int = setting(10_000, "documents (JSON lines or Parquet rows) per unit of work of a file given to "
                                        "a stage command (textmill dedup export.jsonl -o OUT): a bigger file is cut "
                                        "into shards of at most this many (NAME-00042), each a task of its own; a file "
                                        "no bigger is read in place", least=1)
+    max_document_bytes: int = setting(16 * 1024 * 1024, "largest document taken from a file given to a stage "
+                                      "command: a JSON line longer than this, or a Parquet row whose text is, is "
+                                      "rejected as too_large (its first 200 characters kept among the rejects) "
+                                      "without being read whole; 0 takes any. The default is over three times the "
+                                      "largest page the scrape takes ([scrape] max_bytes); every stage's memory "
+                                      "grows with its largest document", least=0)
 
 
 @dataclass(frozen=True)

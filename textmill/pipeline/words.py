@@ -17,8 +17,10 @@ sentencizer). tests/integration/test_quality.py measures agreement with datatrov
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
+from typing import Iterator
 
 import regex
 
@@ -143,12 +145,17 @@ def _join_specials(tokens: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def split_words(text: str) -> list[str]:
+_PIECE = re.compile(r"\S+")  # what str.split() cuts at (the regex module's \S is narrower), a piece at a time
+
+
+def iter_words(text: str) -> Iterator[str]:
     """The words of `text`, punctuation marks included, as English word tokenizers split it."""
-    out: list[str] = []
-    for piece in text.split():
-        out.extend(_split_piece(piece))
-    return out
+    for piece in _PIECE.finditer(text):
+        yield from _split_piece(piece.group())
+
+
+def split_words(text: str) -> list[str]:
+    return list(iter_words(text))
 
 
 def is_punctuation(token: str) -> bool:
@@ -157,11 +164,9 @@ def is_punctuation(token: str) -> bool:
 
 def count_sentences(text: str) -> int:
     """How many sentences `text` holds: a new one begins at a word after a sentence-ending mark."""
-    tokens = split_words(text)
-    if not tokens:
-        return 0
-    sentences, ended = 1, False
-    for token in tokens:
+    sentences, ended = 0, False
+    for token in iter_words(text):
+        sentences = sentences or 1
         if token in SENTENCE_ENDS:
             ended = True
         elif ended and not is_punctuation(token):

@@ -131,12 +131,14 @@ class MapShard(ShardTask):
     table: str  # the run file's table of its settings
     function: str  # "module:name", imported when it runs (heavy libraries load only where they are used)
     sidecars: tuple[str, ...] = ()  # the input's sidecar files the function reads too
+    reads_documents = True  # the function takes max_document_bytes ([input]) for the given files it reads
 
     def requires(self):
         return {"shard": given_or(self.command, self.reads(self.config, self.shard))}
 
     def own_settings(self) -> tuple:
-        return (getattr(self.settings, self.table).params(),)
+        limit = (self.settings.input.max_document_bytes,) if self.reads_documents else ()
+        return getattr(self.settings, self.table).params(), *limit
 
     def arguments(self) -> tuple:
         return ()
@@ -144,8 +146,9 @@ class MapShard(ShardTask):
     def make(self):
         module, name = self.function.split(":")
         stage = getattr(importlib.import_module(module), name)
+        limit = {"max_document_bytes": self.settings.input.max_document_bytes} if self.reads_documents else {}
         stage(self.input()["shard"].local(*self.sidecars), self.output().shard, getattr(self.settings, self.table),
-              *self.arguments())
+              *self.arguments(), **limit)
 
 
 class ScrapeShard(MapShard):
@@ -153,7 +156,7 @@ class ScrapeShard(MapShard):
     another machine fetches at most a chunk again)."""
 
     stage, command, table, function = "2-scrape", "scrape", "scrape", "textmill.pipeline.scrape:scrape_shard"
-    reads = BlacklistShard
+    reads, reads_documents = BlacklistShard, False
 
     def target(self) -> ShardTarget:
         from textmill.pipeline.scrape_chunks import chunks_folder
@@ -170,7 +173,7 @@ class ExtractShard(MapShard):
     scrapes again when [scrape] changes)."""
 
     stage, command, table, function = "2-extract", "extract", "scrape", "textmill.pipeline.scrape:extract_shard"
-    reads, sidecars = ScrapeShard, ("rejects", "html")
+    reads, sidecars, reads_documents = ScrapeShard, ("rejects", "html"), False
 
     def own_settings(self) -> tuple:
         html = earlier_or_current(sidecar_path(self.input()["shard"].shard, "html"))
@@ -191,7 +194,7 @@ class SignatureShard(ShardTask):
         return scraped(self.config, self.shard)
 
     def own_settings(self) -> tuple:
-        return self.settings.dedup.signature_params(), "words_hash"
+        return self.settings.dedup.signature_params(), "words_hash", self.settings.input.max_document_bytes
 
     def target(self) -> ShardTarget:
         signatures = self.folder() / f"{self.name()}.minhash.parquet"
@@ -200,7 +203,8 @@ class SignatureShard(ShardTask):
     def make(self):
         from textmill.pipeline.dedup import signature_shard
 
-        signature_shard(self.input().local(), self.output().shard, self.settings.dedup)
+        signature_shard(self.input().local(), self.output().shard, self.settings.dedup,
+                        self.settings.input.max_document_bytes)
 
 
 class DedupBandKeys(ShardTask):

@@ -107,7 +107,7 @@ class ShuffleScatter(ShardTask):
         return shard if self.settings.shuffle.num_shards else {**shard, "plan": ShufflePlan(self.config)}
 
     def own_settings(self) -> tuple:
-        return shuffle_settings(self.settings)
+        return *shuffle_settings(self.settings), self.settings.input.max_document_bytes
 
     def target(self) -> ShardTarget:
         from textmill.pipeline.shuffle import scatter_record
@@ -120,7 +120,8 @@ class ShuffleScatter(ShardTask):
 
         given = self.input()
         count = self.settings.shuffle.num_shards or planned_count(given["plan"])
-        scatter_shard(given["shard"].local(), self.output().shard, count, self.settings.run.seed)
+        scatter_shard(given["shard"].local(), self.output().shard, count, self.settings.run.seed,
+                      self.settings.input.max_document_bytes)
 
 
 class ShuffleGather(RunTask):
@@ -205,9 +206,10 @@ def shuffled(config: str) -> Shuffle | GivenShards:
 
 
 def decontamination_settings(settings: RunConfig) -> tuple:
-    """What changes decontamination's output: its evaluation sets' contents and [decontaminate]."""
+    """What changes decontamination's output: its evaluation sets' contents, [decontaminate] and the
+    largest document taken from a given file."""
     cfg = settings.decontaminate
-    return [file_fingerprint(p)["sha256"] for p in cfg.eval_files], cfg.params()
+    return [file_fingerprint(p)["sha256"] for p in cfg.eval_files], cfg.params(), settings.input.max_document_bytes
 
 
 class DecontaminateCount(RunTask):
@@ -231,7 +233,8 @@ class DecontaminateCount(RunTask):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
 
         cfg = self.settings.decontaminate
-        counts = count_matches(self.input().local_shard(self.part), eval_ngrams(cfg.eval_files, cfg), cfg.max_ngram)
+        counts = count_matches(self.input().local_shard(self.part), eval_ngrams(cfg.eval_files, cfg), cfg.max_ngram,
+                               self.settings.input.max_document_bytes)
         write_counts(counts, self.output().done)
 
 
@@ -288,7 +291,8 @@ class DecontaminateShard(RunTask):
 
         given, cfg = self.input(), self.settings.decontaminate
         chosen = read_selected(given["selected"].local(), cfg)
-        decontaminate_shard(given["shuffled"].local_shard(self.part), self.output().shard, chosen, cfg)
+        decontaminate_shard(given["shuffled"].local_shard(self.part), self.output().shard, chosen, cfg,
+                            self.settings.input.max_document_bytes)
 
 
 class Decontaminate(PerShuffledShard):

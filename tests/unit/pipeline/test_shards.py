@@ -71,3 +71,36 @@ def test_loose_json_bad_lines_become_reasoned_records(tmp_path):
     got = list(iter_documents(path))
     assert [reason for _, reason in got] == [None, "missing_text", "missing_text", "invalid_json", "undecodable"]
     assert got[0][0]["id"] != "docs.jsonl:1" and got[1][0]["id"] == "docs.jsonl:2"
+
+
+def test_a_record_over_the_size_limit_is_rejected_too_large_without_being_read_whole(tmp_path):
+    import gzip
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    limit = 1000
+    lines = [b'{"id": "fits", "text": "' + b"a" * (limit - 26) + b'"}',  # exactly the limit, kept
+             b'{"id": "over", "text": "' + b"b" * (limit - 25) + b'"}',  # a byte more
+             b'{"id": "huge", "text": "' + b"c " * 10_000_000 + b'"}',
+             b'{"id": "after", "text": "still read"}']
+    assert len(lines[0]) == limit and len(lines[1]) == limit + 1
+    for name, opener in (("docs.jsonl", open), ("docs.jsonl.gz", gzip.open)):
+        with opener(tmp_path / name, "wb") as f:
+            f.write(b"\r\n".join(lines))  # Windows line ends do not count
+        tracemalloc.start()
+        got = list(iter_documents(tmp_path / name, max_bytes=limit))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert [(row["id"], reason) for row, reason in got] == [
+            ("fits", None), (f"{name}:2", "too_large"), (f"{name}:3", "too_large"), ("after", None)]
+        assert got[2][0]["text"].startswith('{"id": "huge"') and len(got[2][0]["text"]) == 200
+        assert peak < 5_000_000  # the 20 MB line was never held whole (it is read past 1 MB at a time)
+        assert [reason for _, reason in iter_documents(tmp_path / name)] == [None] * 4  # 0 takes any
+
+    # Another tool's Parquet: a row whose text is over the limit in UTF-8 (500 characters of two bytes each).
+    pq.write_table(pa.table({"id": ["small", "wide"], "text": ["é" * 500, "é" * 501]}), tmp_path / "theirs.parquet")
+    got = list(iter_documents(tmp_path / "theirs.parquet", max_bytes=limit))
+    assert [(row["id"], reason) for row, reason in got] == [("small", None), ("wide", "too_large")]
+    assert got[1][0]["text"] == "é" * 200
