@@ -141,6 +141,18 @@ def test_fewer_query_groups_than_tensor_parallel_ranks_replicate_keys_and_values
         assert (model(tokens) - reference(tokens)).abs().max().item() < 1e-4
 
 
+def test_compile_with_tensor_parallelism_on_cpus_warns_and_trains_the_eager_curve(corpus, tmp_path):
+    """On CPUs a compiled tensor-parallel block fails in its first backward pass (in DTensor): the run says
+    so once and trains eager blocks, here with fewer key/value groups than ranks (GroupReplicatedQKV)."""
+    blocks = dict(**LLAMA, group_query_attention=True, num_query_groups=1)
+    eager = distributed(corpus, tmp_path / "eager", 2, 4, **blocks, **TP)
+    r = run_cli("train", "--nproc-per-node", "2", *parallel_config(
+        corpus, train_iters=4, save=tmp_path / "compiled", compile=True, **blocks, **TP).to_argv())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "tensor-parallel blocks do not compile on CPUs" in r.stdout + r.stderr
+    assert_same_curve(logged(tmp_path / "compiled")[0], eager[0])
+
+
 FAMILY_BLOCKS = {
     # Parallel residual, rotary embeddings on a quarter of each head (rotate-half), biases, untied output.
     "gpt-neox": dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,

@@ -9,6 +9,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from textmill.trainer.device import torch_version
+
 
 def parameter_groups(params: list[nn.Parameter], weight_decay: float) -> list[dict]:
     """Weight decay on matrices only: biases and norm scales (1-D) are not decayed, as in Megatron.
@@ -24,21 +26,32 @@ def parameter_groups(params: list[nn.Parameter], weight_decay: float) -> list[di
 
 
 def make_optimizer(params: list[nn.Parameter], lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
-    """NVIDIA Apex's FusedAdam when Apex is importable (never a dependency), else torch's fused AdamW
-    where the device supports it, else its multi-tensor (foreach) AdamW."""
+    """torch's AdamW: fused where it may be (one kernel over all of a group's tensors, DTensors included),
+    else multi-tensor (foreach). Never NVIDIA Apex's FusedAdam, though NVIDIA's containers ship it: its
+    kernel takes `p.data` lists, which a DTensor's storage-less wrapper cannot give (FSDP2, tensor and
+    pipeline parallel runs would fail at the first step), and it keeps Adam's step count outside the state
+    a checkpoint saves."""
     groups = parameter_groups(params, weight_decay)
-    device = params[0].device
-    if device.type == "cuda":
+    if fused_supported(groups):
         try:
-            from apex.optimizers import FusedAdam  # type: ignore[import-not-found]
-
-            return FusedAdam(groups, lr=lr, betas=betas, eps=eps, adam_w_mode=True)
-        except ImportError:
+            return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
+        except (RuntimeError, TypeError):  # a device without a fused kernel
             pass
-    try:
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True)
+
+
+def fused_supported(groups: list[dict], version: str = torch.__version__) -> bool:
+    """Whether the fused kernel takes these groups: before torch 2.9 it fails on a group whose DTensors
+    lie on different meshes (FSDP2 with tensor parallelism shards the norms on one mesh, the matrices on
+    two; pytorch#157682)."""
+    if torch_version(version) >= (2, 9):
+        return True
+    from torch.distributed.tensor import DTensor
+
+    for group in groups:
+        if len({p.device_mesh for p in group["params"] if isinstance(p, DTensor)}) > 1:
+            return False
+    return True
 
 
 @dataclass

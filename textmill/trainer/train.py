@@ -26,7 +26,7 @@ from textmill.errors import TextmillError
 from textmill.trainer.blend import parse_data_path
 from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
 from textmill.trainer.data import DataConfig, build_splits
-from textmill.trainer.device import device_peak_tflops, pick_device
+from textmill.trainer.device import device_peak_tflops, pick_device, require_torch
 from textmill.trainer.metrics import MetricSinks
 from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
@@ -109,7 +109,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=config.initial_loss_scale,
                                            growth_interval=config.loss_scale_window, enabled=config.fp16)
         self.state = TrainState()
-        self.peak = device_peak_tflops(self.device, config.peak_tflops)
+        self.peak = device_peak_tflops(self.device, config.peak_tflops, self.dtype)
         if config.load:
             load_training_state(self, config.load, loaded)
 
@@ -125,7 +125,7 @@ class Trainer:
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
         if config.compile:
-            compile_blocks(model, self.device, self.say)
+            compile_blocks(model, self.device, self.say, dims.tp)
         if dims.pp > 1:
             self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)
         else:
@@ -365,21 +365,24 @@ class Trainer:
         bar.write(" | ".join(parts))
 
 
-def compile_unavailable(device: torch.device) -> str | None:
-    """Why torch.compile's inductor cannot run here, or None: it builds C++ kernels on a CPU and Triton
-    kernels on a GPU."""
+def compile_unavailable(device: torch.device, tensor_parallel: int = 1) -> str | None:
+    """Why torch.compile cannot run here, or None: inductor builds C++ kernels on a CPU and Triton kernels
+    on a GPU; and on CPUs (gloo, torch 2.13) dynamo hands DTensor's redistribution in a tensor-parallel
+    block a plain-tensor gradient, which fails in the first backward pass (untested on GPUs here)."""
     if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
         return "inductor needs a C compiler on a CPU and none was found"
     if device.type == "cuda" and importlib.util.find_spec("triton") is None:
         return "inductor needs Triton on a GPU and it is not installed"
+    if device.type == "cpu" and tensor_parallel > 1:
+        return "tensor-parallel blocks do not compile on CPUs (their first backward pass fails in DTensor)"
     return None
 
 
-def compile_blocks(model: GPT, device: torch.device, say) -> None:
+def compile_blocks(model: GPT, device: torch.device, say, tensor_parallel: int = 1) -> None:
     """--compile: each transformer block compiled in place (its parameter names unchanged), as torchtitan
-    does, so recomputation, DDP and FSDP2 wrap compiled blocks; where inductor cannot run, one warning and
+    does, so recomputation, DDP and FSDP2 wrap compiled blocks; where they cannot compile, one warning and
     eager blocks."""
-    why = compile_unavailable(device)
+    why = compile_unavailable(device, tensor_parallel)
     if why:
         say(f"textmill train: warning: --compile: {why}; training without compilation")
         return
@@ -412,6 +415,7 @@ def launch(config: TrainConfig) -> None:
 def run(config: TrainConfig) -> dict | None:
     """Train as the config says: here, or under torchrun for several processes on this machine. The
     result (iterations, last validation loss, last checkpoint) on the rank that writes; None on the others."""
+    require_torch()
     if config.nproc_per_node > 1 and world_from_env()[0] == 1:
         return launch(config)  # one process needs no torchrun: it runs here
     with training_session(config) as trainer:

@@ -191,7 +191,9 @@ class TrainConfig(Settings):
     wandb_exp_name: str | None = setting(None, "the Weights & Biases run's name", group=CHECKPOINTS, keyed=False)
     wandb_save_dir: Path | None = setting(None, "where wandb keeps its files (default: SAVE/wandb)", group=CHECKPOINTS,
                                           keyed=False)
-    peak_tflops: float | None = setting(None, "device peak for MFU (default: known GPUs; CPU: not reported)", above=0,
+    peak_tflops: float | None = setting(None, "the device's peak TFLOP/s for MFU, in the precision the run computes in (default: "
+                                        "NVIDIA's dense figure for known GPUs: 16-bit tensor cores under --bf16 or "
+                                        "--fp16, TF32 or plain fp32 otherwise; CPU: not reported)", above=0,
                                         group=CHECKPOINTS, keyed=False)
 
     def __post_init__(self) -> None:

@@ -88,8 +88,10 @@ def init_distributed(device: torch.device, timeout_minutes: float) -> None:
 
     if dist.is_initialized():
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
+    if device.type == "cuda":  # bound to its GPU from the start: NCCL then never guesses the device
+        dist.init_process_group("nccl", timeout=timedelta(minutes=timeout_minutes), device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=timedelta(minutes=timeout_minutes))
 
 
 def build_mesh(dims: ParallelDims, device: torch.device):

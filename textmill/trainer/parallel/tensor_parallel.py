@@ -108,12 +108,14 @@ class GroupReplicatedQKV(nn.Module):
 
 class SumGradient(torch.autograd.Function):
     """Identity in the forward pass; the backward pass sums the gradient over the process group (Megatron's
-    copy-to-tensor-parallel-region)."""
+    copy-to-tensor-parallel-region). The forward returns a copy where Megatron returns the input itself:
+    the input may be a view (a DTensor's to_local), and a custom Function may not return a view that is
+    modified in place, which dynamo enforces under --compile."""
 
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return x.view_as(x)
+        return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
