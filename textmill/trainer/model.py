@@ -283,13 +283,15 @@ class LanguageModelLoss(torch.autograd.Function):
     over the group. No rank ever holds another rank's logits."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, loss_mask, group=None, vocab_start=0):
+    def forward(ctx, hidden, weight, bias, labels, loss_mask, group=None, vocab_start=0, grad_enabled=True):
         device = hidden.device.type
         # Matrix products in the autocast dtype when autocast is on (as F.linear would be), softmax in fp32.
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
         vocab = weight.shape[0]
         rows = max(1, LOSS_CHUNK_BYTES // (4 * vocab))
-        want_grads = any(ctx.needs_input_grad[:3])
+        # Inside forward grad mode is always off: whether the caller's is (evaluation runs under no_grad
+        # with parameters that require gradients) comes in as grad_enabled.
+        want_grads = grad_enabled and any(ctx.needs_input_grad[:3])
         mask = loss_mask.float()
         denominator = mask.sum()
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -324,10 +326,10 @@ class LanguageModelLoss(torch.autograd.Function):
                     # instead of 0.01%). The products are divided in fp32, after.
                     probs.mul_(m[:, None])
                     grad_hidden[start : start + rows] = (probs.to(dtype) @ w).float().div_(denominator)
-                    if grad_weight is None:
-                        grad_weight = probs.t() @ h.float()
-                    else:
-                        grad_weight.addmm_(probs.t(), h.float())
+                    # The weight's gradient as Megatron makes it: the product in the compute dtype (16-bit
+                    # operands, fp32 accumulation inside the kernel), added up in fp32.
+                    chunk_grad = probs.t() @ h if dtype == torch.float32 else (probs.to(dtype).t() @ h).float()
+                    grad_weight = chunk_grad if grad_weight is None else grad_weight.add_(chunk_grad)
                     if grad_bias is not None:
                         grad_bias += probs.sum(dim=0)
         if want_grads:
@@ -345,7 +347,7 @@ class LanguageModelLoss(torch.autograd.Function):
         # Scaled in place: these buffers are this step's alone (so the graph can be run backward once).
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         grad_bias = None if grad_bias is None else grad_bias.mul_(grad_loss)
-        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), grad_bias, None, None, None, None
+        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), grad_bias, None, None, None, None, None
 
 
 LOSS_CHUNK_BYTES = 1 << 27
@@ -373,7 +375,7 @@ def language_model_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torc
     hidden, weight, bias, group, vocab_start = vocabulary_parallel(hidden, weight, bias)
     hidden, labels = hidden.flatten(0, 1), labels.flatten()
     mask = torch.ones_like(labels, dtype=torch.float32) if loss_mask is None else loss_mask.flatten()
-    return LanguageModelLoss.apply(hidden, weight, bias, labels, mask, group, vocab_start)
+    return LanguageModelLoss.apply(hidden, weight, bias, labels, mask, group, vocab_start, torch.is_grad_enabled())
 
 
 def output_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -109,6 +109,11 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=config.initial_loss_scale,
                                            growth_interval=config.loss_scale_window, enabled=config.fp16)
         self.state = TrainState()
+        if self.device.type == "cuda":
+            torch.set_float32_matmul_precision("highest" if config.no_tf32 else "high")
+            if config.no_tf32 and self.dtype is None:
+                self.say("textmill train: warning: fp32 products in full fp32 (--no-tf32, no --bf16): the slowest way "
+                         "to train on this GPU")
         self.peak = device_peak_tflops(self.device, config.peak_tflops, self.dtype)
         if config.load:
             load_training_state(self, config.load, loaded)
@@ -124,7 +129,7 @@ class Trainer:
         model = GPT(self.model_config)
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
-        if config.compile:
+        if config.compiles_on(self.device.type):
             compile_blocks(model, self.device, self.say, dims.tp)
         if dims.pp > 1:
             self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)

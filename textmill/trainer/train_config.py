@@ -125,6 +125,9 @@ class TrainConfig(Settings):
     device: str = setting("auto", "cuda, cpu, or auto (cuda when available)", group=TRAINING)
     bf16: bool = setting(False, "bf16 autocast (fp32 weights and optimizer)", group=TRAINING)
     fp16: bool = setting(False, "fp16 autocast with dynamic loss scaling", group=TRAINING)
+    no_tf32: bool = setting(False, "on NVIDIA GPUs, keep fp32 matrix products in full fp32: by default they run on "
+                            "TF32 tensor cores (torch.set_float32_matmul_precision('high'), about 7x the fp32 peak "
+                            "on an H100; torch itself defaults to full fp32)", group=TRAINING)
     initial_loss_scale: float = setting(2.0**32, "fp16: starting loss scale", above=0, group=TRAINING)
     loss_scale_window: int = setting(1000, "fp16: clean steps before the scale doubles", least=1, group=TRAINING)
     # parallelism
@@ -155,9 +158,11 @@ class TrainConfig(Settings):
     recompute_granularity: Literal["full", "selective"] | None = setting(
         None, "recompute activations in the backward pass to save memory: full = whole layers, selective = the "
         "attention core", group=PARALLEL)
-    compile: bool = setting(False, "compile each transformer block with torch.compile (inductor): faster steps after a "
-                            "one-off compilation at the first step; falls back to eager blocks, with one warning, "
-                            "where inductor cannot run (no C compiler on a CPU, no Triton on a GPU)", group=PARALLEL)
+    compile: bool = setting(False, "compile each transformer block with torch.compile (inductor) on any device (on "
+                            "NVIDIA GPUs it is the default): faster steps after a one-off compilation at the first "
+                            "step; falls back to eager blocks, with one warning, where inductor cannot run (no C "
+                            "compiler on a CPU, no Triton on a GPU)", group=PARALLEL)
+    no_compile: bool = setting(False, "eager blocks, on GPUs too (where --compile is the default)", group=PARALLEL)
     cpu_offload_activations: bool = setting(
         False, "keep the activations the backward pass needs in pinned host memory instead of GPU memory (torch's "
         "save_on_cpu): frees GPU memory that grows with batch x sequence x layers, at the cost of copying them over "
@@ -200,6 +205,8 @@ class TrainConfig(Settings):
         super().__post_init__()
         if self.bf16 and self.fp16:
             raise TextmillError("--bf16 and --fp16 exclude each other")
+        if self.compile and self.no_compile:
+            raise TextmillError("--compile and --no-compile exclude each other")
         if self.rampup_batch_size:
             raise TextmillError("--rampup-batch-size is not supported: textmill trains at --global-batch-size from the "
                                 "first step; drop the flag (the run then takes --train-samples at that batch size)")
@@ -211,6 +218,11 @@ class TrainConfig(Settings):
                                     "exclude each other")
             object.__setattr__(self, "recompute_granularity", "full")
             object.__setattr__(self, "checkpoint_activations", False)
+
+    def compiles_on(self, device_type: str) -> bool:
+        """Whether the blocks are compiled on a device of this type ("cuda", "cpu"): on NVIDIA GPUs unless
+        --no-compile, elsewhere with --compile."""
+        return self.compile or (device_type == "cuda" and not self.no_compile)
 
     def samples_as_iterations(self) -> None:
         """Megatron's sample-based schedule in iterations of --global-batch-size sequences (a frozen config, so

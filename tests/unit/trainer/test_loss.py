@@ -35,3 +35,17 @@ def test_the_hidden_states_gradient_under_autocast_is_as_exact_as_autocasts_own(
 
     ours, theirs = relative_error(fused.grad, exact.grad), relative_error(plain.grad / scale, exact.grad)
     assert ours <= 1.05 * theirs, (ours, theirs)  # fp16: 0.77% each; 35% before the division moved after the products
+
+
+def test_an_evaluation_under_no_grad_makes_the_logits_product_alone():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens, width, vocab = 64, 16, 256
+    hidden = torch.randn(1, tokens, width)
+    weight = torch.nn.Parameter(torch.randn(vocab, width))  # requires a gradient, as a model's does
+    labels = torch.randint(0, vocab, (1, tokens))
+    logits_flops = 2 * tokens * width * vocab
+    for grad_mode, products in ((torch.no_grad, 1), (torch.enable_grad, 3)):  # with gradients: d hidden, d weight
+        with grad_mode(), FlopCounterMode(display=False) as counter:
+            language_model_loss(hidden.clone().requires_grad_(), weight, labels)
+        assert counter.get_total_flops() == products * logits_flops

@@ -41,3 +41,13 @@ def test_a_training_process_checks_its_settings_once(corpus, tmp_path, monkeypat
     result = train.run(train_config(corpus, train_iters=2, save=tmp_path / "ckpt"))
     assert result["iterations"] == 2 and calls == [1]
     assert Path(tmp_path / "ckpt").is_dir()
+
+
+def test_blocks_compile_by_default_on_gpus_only_and_either_way_on_request(corpus):
+    default, forced, eager = (train_config(corpus, train_iters=1, **flags) for flags in
+                              ({}, {"compile": True}, {"no_compile": True}))
+    assert (default.compiles_on("cuda"), default.compiles_on("cpu")) == (True, False)
+    assert (forced.compiles_on("cuda"), forced.compiles_on("cpu")) == (True, True)
+    assert (eager.compiles_on("cuda"), eager.compiles_on("cpu")) == (False, False)
+    with pytest.raises(TextmillError, match="--compile and --no-compile exclude each other"):
+        train_config(corpus, train_iters=1, compile=True, no_compile=True)
