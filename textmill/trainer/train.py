@@ -172,8 +172,10 @@ class Trainer:
 
     # -- steps -------------------------------------------------------------------------------------
     def batch(self, dataset, start: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = np.stack([dataset[i] for i in range(start, start + size)])
-        x = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        rows = torch.from_numpy(np.stack([dataset[i] for i in range(start, start + size)]))
+        if self.device.type == "cuda":  # from pinned memory the copy is asynchronous (from pageable, it waits)
+            rows = rows.pin_memory()
+        x = rows.to(self.device, non_blocking=True)
         return x[:, :-1], x[:, 1:]
 
     def autocast(self):
@@ -196,10 +198,11 @@ class Trainer:
         for start in range(first, first + count, micro * dp):
             yield self.batch(dataset, start + self.dp_rank * micro, micro)
 
-    def mean_over_data_parallel(self, value: torch.Tensor) -> float:
+    def mean_over_data_parallel(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean over the data-parallel ranks, left on the device (read when logged: no host sync a step)."""
         if self.dims.dp > 1:
             torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.AVG, group=self.mesh["dp"].get_group())
-        return value.item()
+        return value
 
     def train_step(self) -> dict:
         config, it = self.config, self.state.iteration
@@ -235,7 +238,7 @@ class Trainer:
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": bool(skipped),
                 "loss_scale": scale if config.fp16 else None}
 
-    def pipeline_pass(self, dataset, first: int, train: bool) -> float:
+    def pipeline_pass(self, dataset, first: int, train: bool) -> torch.Tensor:
         """One global batch through the pipeline schedule: this rank's micro-batches go in together and the
         schedule runs them (1F1B); the loss comes out of the last stage and is shared with the others."""
         pairs = list(self.micro_batches(dataset, first, self.config.global_batch_size))
@@ -251,7 +254,7 @@ class Trainer:
         torch.distributed.all_reduce(total, group=self.mesh["pp"].get_group())  # only the last stage had it
         return self.mean_over_data_parallel(total)
 
-    def clip_gradients(self) -> float:
+    def clip_gradients(self) -> torch.Tensor:
         """Scale all gradients so their global L2 norm is at most --clip-grad; the norm before. Gradients are
         taken in groups of one kind (plain, or DTensors on one mesh: the foreach kernels take no mixture),
         sharded norms are made whole, the squares summed over the groups and the pipeline stages, with the
@@ -276,7 +279,7 @@ class Trainer:
         if self.config.clip_grad > 0:
             for params in every.values():
                 torch.nn.utils.clip_grads_with_norm_(params, self.config.clip_grad, norm, foreach=True)
-        return norm.item()
+        return norm
 
     @torch.no_grad()
     def evaluate(self) -> float | None:
@@ -288,13 +291,14 @@ class Trainer:
             model.eval()
         gb = self.config.global_batch_size
         if self.schedule_pp is not None:
-            return float(np.mean([self.pipeline_pass(self.valid_data, i * gb, train=False) for i in range(self.config.eval_iters)]))
+            return torch.stack([self.pipeline_pass(self.valid_data, i * gb, train=False)
+                                for i in range(self.config.eval_iters)]).mean().item()
         total, count = torch.zeros((), device=self.device), 0
         for tokens, labels in self.micro_batches(self.valid_data, 0, self.config.eval_iters * gb):
             with self.autocast():
                 total += self.models[0](tokens, labels).float()
             count += 1
-        return self.mean_over_data_parallel(total / count)
+        return self.mean_over_data_parallel(total / count).item()
 
     # -- the loop ----------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -327,9 +331,9 @@ class Trainer:
                 record = None
                 if it % config.log_interval == 0 or it == config.train_iters:
                     seconds = (time.perf_counter() - window_start) / len(window)
-                    loss = float(np.mean([s["loss"] for s in window]))
+                    loss = torch.stack([s["loss"] for s in window]).mean().item()  # the window's one host sync
                     tflops = flops_per_iter / seconds / 1e12
-                    record = {"iteration": it, "lm_loss": loss, "lr": step["lr"], "grad_norm": step["grad_norm"],
+                    record = {"iteration": it, "lm_loss": loss, "lr": step["lr"], "grad_norm": step["grad_norm"].item(),
                               "tokens_per_s": tokens_per_iter / seconds, "tflops": tflops,
                               "mfu": tflops / (self.peak * self.dims.world) if self.peak else None, "skipped_iterations": self.state.skipped,
                               "ms_per_iter": 1000 * seconds}

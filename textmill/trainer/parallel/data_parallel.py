@@ -31,7 +31,10 @@ def apply_data_parallel(model: nn.Module, dp_mesh, sharded: bool, overlap: bool 
 
     # Without overlap, one bucket as large as all gradients: its all-reduce starts when the backward pass ends.
     bucket_mb = 25 if overlap else max(1, sum(p.numel() * p.element_size() for p in model.parameters()) >> 20) + 1
-    return DistributedDataParallel(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
+    # Buffers are not broadcast each forward: the only ones (RoPE tables) are computed alike on every rank.
+    # Gradients live in the buckets (no copy between them and .grad).
+    return DistributedDataParallel(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb,
+                                   broadcast_buffers=False, gradient_as_bucket_view=True)
 
 
 def gradient_sync(model: nn.Module, enabled: bool):
