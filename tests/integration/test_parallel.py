@@ -62,6 +62,14 @@ def test_compiled_blocks_under_data_parallelism_give_the_single_process_curve(co
     assert_same_curve(valid, reference[1], rel=1e-4)
 
 
+def test_fsdp2_under_bf16_gathers_in_bf16_and_trains_the_ddp_curve(corpus, tmp_path):
+    """--bf16 with the distributed optimizer: parameters gathered in bf16 (the dtype autocast computes in),
+    gradients reduced in fp32; the curve of DDP under the same autocast."""
+    ddp = distributed(corpus, tmp_path / "ddp", 2, 6, bf16=True)
+    fsdp = distributed(corpus, tmp_path / "fsdp", 2, 6, bf16=True, use_distributed_optimizer=True)
+    assert_same_curve(fsdp[0], ddp[0], rel=2e-3)
+
+
 TP, PP, SP = dict(tensor_model_parallel_size=2), dict(pipeline_model_parallel_size=2), dict(sequence_parallel=True)
 
 

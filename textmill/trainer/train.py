@@ -144,7 +144,8 @@ class Trainer:
                 # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
                 # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
                 sharded = config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
-                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, config.overlap_grad_reduce)
+                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, config.overlap_grad_reduce,
+                                                  torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None)
             else:
                 chunk_model = chunk
             self.models.append(chunk_model)

@@ -1,21 +1,8 @@
-"""The pieces of tensor parallelism that run in one process: a group of one, gloo, in this process."""
+"""The pieces of tensor parallelism that run in one process (a group of one: the `mesh` fixture)."""
 
-import pytest
 import torch
-import torch.distributed as dist
 
 from textmill.trainer.parallel.tensor_parallel import SumGradient
-
-
-@pytest.fixture()
-def mesh(tmp_path):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_the_gradient_sum_over_a_replicated_weights_local_view_compiles(mesh):

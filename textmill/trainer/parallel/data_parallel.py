@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 from torch import nn
 
 
-def apply_data_parallel(model: nn.Module, dp_mesh, sharded: bool, overlap: bool = True) -> nn.Module:
+def apply_data_parallel(model: nn.Module, dp_mesh, sharded: bool, overlap: bool = True,
+                        compute_dtype: torch.dtype | None = None) -> nn.Module:
+    """`compute_dtype` (bf16 or fp16 autocast): FSDP2 gathers parameters in it, as autocast would cast them
+    for the products anyway (half the bytes of fp32), and reduces gradients in fp32."""
     if sharded:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None)
         for block in model.blocks.values():
             # Keep gathered parameters from forward to backward: one all-gather per block per micro-batch.
-            fully_shard(block, mesh=dp_mesh, reshard_after_forward=False)
-        fully_shard(model, mesh=dp_mesh, reshard_after_forward=False)
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=False, mp_policy=policy)
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=False, mp_policy=policy)
         return model
     from torch.nn.parallel import DistributedDataParallel
 
