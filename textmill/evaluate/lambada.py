@@ -83,23 +83,23 @@ def score_clozes(model, clozes: list[Cloze], vocab_size: int, pad_id: int, batch
     order = sorted(range(len(clozes)), key=lambda i: -len(inputs[i]))
     correct, nll = [0] * len(clozes), [0.0] * len(clozes)
     bar = progress_counter(total=len(clozes), unit="passage", desc="lambada", leave=False, enabled=progress)
-    for start in range(0, len(order), batch_size):
-        ids = order[start : start + batch_size]
-        width = max(len(inputs[i]) for i in ids) - 1
-        batch = torch.full((len(ids), width), pad_id, dtype=torch.long)
-        for row, i in enumerate(ids):
-            batch[row, : len(inputs[i]) - 1] = torch.tensor(inputs[i][:-1])
-        with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+    # One autocast context for every batch (the weights cast once); only the target positions' log-
+    # probabilities leave the device.
+    with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+        for start in range(0, len(order), batch_size):
+            ids = order[start : start + batch_size]
+            width = max(len(inputs[i]) for i in ids) - 1
+            batch = torch.full((len(ids), width), pad_id, dtype=torch.long)
+            for row, i in enumerate(ids):
+                batch[row, : len(inputs[i]) - 1] = torch.tensor(inputs[i][:-1])
             logits = model(batch.to(device))
-        logprobs = F.log_softmax(logits[..., :vocab_size].float(), dim=-1).cpu()
-        for row, i in enumerate(ids):
-            n, t = len(inputs[i]), len(clozes[i].target)
-            positions = torch.arange(n - 1 - t, n - 1)
-            target = torch.tensor(clozes[i].target)
-            predicted = logprobs[row, positions]
-            correct[i] = int(torch.equal(predicted.argmax(-1), target))
-            nll[i] = -predicted.gather(1, target[:, None]).sum().item()
-        bar.update(len(ids))
+            for row, i in enumerate(ids):
+                n, t = len(inputs[i]), len(clozes[i].target)
+                predicted = F.log_softmax(logits[row, n - 1 - t : n - 1, :vocab_size].float(), dim=-1).cpu()
+                target = torch.tensor(clozes[i].target)
+                correct[i] = int(torch.equal(predicted.argmax(-1), target))
+                nll[i] = -predicted.gather(1, target[:, None]).sum().item()
+            bar.update(len(ids))
     bar.close()
     return {
         "correct": sum(correct),

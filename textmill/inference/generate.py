@@ -125,11 +125,11 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
     stop_bytes = max((len(s.encode()) for s in params.stop), default=0)
 
     def forward(start: int, end: int) -> torch.Tensor:
-        """fp32 logits of the real vocabulary at positions [start, end)."""
+        """fp32 logits of the real vocabulary on the host: at positions [start, end) when log-probabilities
+        are asked for, else at the last position alone (the only one sampling reads)."""
         window = tokens[:, start:end] if cache is not None else tokens[:, :end]
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(window, cache=cache)
-        return logits[:, -(end - start) :, :vocab].float().cpu()
+        kept = end - start if logprobs is not None else 1
+        return model(window, cache=cache)[:, -kept:, :vocab].float().cpu()
 
     def score(logits: torch.Tensor, start: int, end: int) -> None:
         """Log-probabilities of the known tokens at positions [start + 1, end + 1) from logits at [start, end)."""
@@ -141,35 +141,38 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
         """Whether any row still generates, or still has prompt tokens to read, at `pos`."""
         return pos < total and bool((~done | (lengths > pos)).any())
 
-    pos = int(lengths.min())
-    logits = forward(0, pos)
-    score(logits, 0, pos - 1)
-    while busy(pos):
-        last = logits[:, -1] / params.temperature
-        if params.prevent_newline_after_colon:
-            text.ban_newline_after_colon(last, tokens[:, pos - 1])
-        if params.greedy:
-            chosen = last.argmax(dim=-1)
-        else:
-            probs = filter_logits(last, params.top_k, top_p).softmax(dim=-1)
-            chosen = torch.multinomial(probs, 1, generator=generator)[:, 0]
-            if params.top_p_decay > 0.0:
-                top_p = max(top_p * params.top_p_decay, params.top_p_bound)
-        generating = (lengths <= pos) & ~done
-        # Rows still inside their prompt keep their own token; finished rows keep generating into
-        # positions nobody reads (causal attention keeps them from touching earlier positions).
-        tokens[:, pos] = torch.where(generating, chosen, tokens[:, pos].cpu()).to(device)
-        if logprobs is not None:
-            logprobs[:, pos] = F.log_softmax(logits[:, -1], dim=-1).gather(-1, tokens[:, pos, None].cpu())[:, 0]
-        for row in generating.nonzero()[:, 0].tolist():
-            reason = stop_reason(tokens[row, : pos + 1].tolist(), int(lengths[row]), eod, text, params, stop_bytes)
-            if reason is None and pos + 1 < ends[row]:
-                continue
-            done[row], final[row] = True, pos + 1
-            finish[row] = reason or "length"
-        pos += 1
-        if busy(pos):
-            logits = forward(pos - 1, pos)
+    # One autocast context for the whole generation: the weights are cast to `dtype` once (autocast keeps
+    # the casts while its context lasts), not at every token.
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        pos = int(lengths.min())
+        logits = forward(0, pos)
+        score(logits, 0, pos - 1)
+        while busy(pos):
+            last = logits[:, -1] / params.temperature
+            if params.prevent_newline_after_colon:
+                text.ban_newline_after_colon(last, tokens[:, pos - 1])
+            if params.greedy:
+                chosen = last.argmax(dim=-1)
+            else:
+                probs = filter_logits(last, params.top_k, top_p).softmax(dim=-1)
+                chosen = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                if params.top_p_decay > 0.0:
+                    top_p = max(top_p * params.top_p_decay, params.top_p_bound)
+            generating = (lengths <= pos) & ~done
+            # Rows still inside their prompt keep their own token; finished rows keep generating into
+            # positions nobody reads (causal attention keeps them from touching earlier positions).
+            tokens[:, pos] = torch.where(generating, chosen, tokens[:, pos].cpu()).to(device)
+            if logprobs is not None:
+                logprobs[:, pos] = F.log_softmax(logits[:, -1], dim=-1).gather(-1, tokens[:, pos, None].cpu())[:, 0]
+            for row in generating.nonzero()[:, 0].tolist():
+                reason = stop_reason(tokens[row, : pos + 1].tolist(), int(lengths[row]), eod, text, params, stop_bytes)
+                if reason is None and pos + 1 < ends[row]:
+                    continue
+                done[row], final[row] = True, pos + 1
+                finish[row] = reason or "length"
+            pos += 1
+            if busy(pos):
+                logits = forward(pos - 1, pos)
     out = []
     for row in range(B):
         n = int(final[row])
