@@ -161,6 +161,17 @@ def test_compile_with_tensor_parallelism_on_cpus_warns_and_trains_the_eager_curv
     assert_same_curve(logged(tmp_path / "compiled")[0], eager[0])
 
 
+def test_dropout_under_tensor_parallelism_draws_per_rank_where_ranks_hold_different_parts(corpus, tmp_path):
+    """Hidden dropout on whole activations draws the single process's masks on every tensor-parallel rank
+    (the same curve); attention and sequence-parallel dropout draw from each rank's own stream and train."""
+    hidden = dict(hidden_dropout=0.1, attention_dropout=0.0)
+    whole = single_process(corpus, tmp_path / "one", 4, **hidden)
+    split = distributed(corpus, tmp_path / "split", 2, 4, **hidden, **TP)
+    assert_same_curve(split[0], whole[0])
+    distributed(corpus, tmp_path / "both", 2, 2, hidden_dropout=0.1, attention_dropout=0.1, **TP, **SP,
+                recompute_granularity="full")
+
+
 FAMILY_BLOCKS = {
     # Parallel residual, rotary embeddings on a quarter of each head (rotate-half), biases, untied output.
     "gpt-neox": dict(position_embedding_type="rope", rotary_percent=0.25, use_parallel_residual=True,

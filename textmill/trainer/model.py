@@ -16,12 +16,13 @@ G groups the keys and values have G heads, each read by heads / G queries.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from textmill.trainer.gpt_config import GPTConfig
 
@@ -64,6 +65,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
     return rotated if 2 * half == x.shape[-1] else torch.cat([rotated, x[..., 2 * half :]], dim=-1)
 
 
+def stream_for(stream, drawing: bool):
+    """The random stream dropout draws from: `stream()` when set and dropout is drawing, else the default."""
+    return stream() if stream is not None and drawing else contextlib.nullcontext()
+
+
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -75,6 +81,9 @@ class Attention(nn.Module):
         self.queries_per_group = config.num_attention_heads // config.kv_heads
 
         self.recompute = False  # selective recomputation: keep only q, k, v for the backward pass
+        # Under tensor parallelism, a context drawing from this rank's own random stream: each rank's heads
+        # get masks of their own (parallel/rng.py). None: the default stream.
+        self.dropout_stream = None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
@@ -93,10 +102,12 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin, interleaved), apply_rope(k, cos, sin, interleaved)
         if cache is not None:
             k, v = cache.extend(layer, k, v)
-        if self.recompute and self.training:
-            y = checkpoint(self.core, q, k, v, use_reentrant=False)
-        else:
-            y = self.core(q, k, v)
+        # The stream is entered outside the checkpoint, which then stashes and replays its state.
+        with stream_for(self.dropout_stream, self.training and self.config.attention_dropout > 0):
+            if self.recompute and self.training:
+                y = checkpoint(self.core, q, k, v, use_reentrant=False)
+            else:
+                y = self.core(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -172,16 +183,21 @@ class Block(nn.Module):
         self.norm2 = None if config.shared_input_norm else make_norm(config)  # GPT-J: the MLP reads norm1's output
         self.mlp = MLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout_stream = None  # under sequence parallelism, this rank's stream (its slice of the sequence)
         self.parallel = config.parallel_residual
 
     def forward(self, x: torch.Tensor, rope=None, cache: KVCache | None = None, layer: str = "") -> torch.Tensor:
         # cache and layer by keyword: tensor parallelism's input plans cover the positional inputs
         normed = self.norm1(x)
-        attended = self.dropout(self.attn(normed, rope, cache=cache, layer=layer))
+        attended = self.drop(self.attn(normed, rope, cache=cache, layer=layer))
         if self.parallel:  # both branches read the block's input (GPT-NeoX, GPT-J)
-            return x + attended + self.dropout(self.mlp(normed if self.norm2 is None else self.norm2(x)))
+            return x + attended + self.drop(self.mlp(normed if self.norm2 is None else self.norm2(x)))
         x = x + attended
-        return x + self.dropout(self.mlp(self.norm2(x)))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+    def drop(self, x: torch.Tensor) -> torch.Tensor:
+        with stream_for(self.dropout_stream, self.training and self.dropout.p > 0):
+            return self.dropout(x)
 
 
 class GPT(nn.Module):
@@ -202,6 +218,8 @@ class GPT(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
         self.embeds = True  # False in pipeline stages after the first (see parallel/pipeline_parallel.py)
         self.recompute_blocks = False  # full recomputation: keep only each block's input for backward
+        self.dropout_stream = None  # under sequence parallelism, this rank's stream (embedding dropout)
+        self.recompute_context = noop_context_fn  # what a recomputed block draws from (parallel/rng.py)
         self.reset_parameters()
 
     def set_recompute(self, granularity: str | None) -> None:
@@ -241,7 +259,7 @@ class GPT(nn.Module):
         rope = (self.rope_cos, self.rope_sin) if self.config.position_embedding == "rope" else None
         for name, block in self.blocks.items():
             if self.recompute_blocks and self.training:
-                x = checkpoint(block, x, rope, use_reentrant=False)
+                x = checkpoint(block, x, rope, use_reentrant=False, context_fn=self.recompute_context)
             else:
                 x = block(x, rope, cache=cache, layer=name)
         if cache is not None:
@@ -260,7 +278,8 @@ class GPT(nn.Module):
         x = self.wte(tokens)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(start, end, device=tokens.device))
-        return self.drop(x)
+        with stream_for(self.dropout_stream, self.training and self.drop.p > 0):
+            return self.drop(x)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

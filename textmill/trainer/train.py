@@ -32,6 +32,7 @@ from textmill.trainer.model import GPT, training_flops
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
+from textmill.trainer.parallel.rng import DropoutStreams, use_dropout_streams
 from textmill.trainer.parallel.pipeline_parallel import (
     build_schedule,
     embedding_group,
@@ -129,6 +130,9 @@ class Trainer:
         model = GPT(self.model_config)
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
+        # Dropout's streams per rank (parallel/rng.py), once every rank has the same weights.
+        streams = DropoutStreams(self.device, config.seed, self.mesh["tp"].get_local_rank(), self.pp_rank,
+                                 pipeline=dims.pp > 1) if dims.tp > 1 or dims.pp > 1 else None
         if config.compiles_on(self.device.type):
             compile_blocks(model, self.device, self.say, dims.tp)
         if dims.pp > 1:
@@ -140,6 +144,7 @@ class Trainer:
             chunk.to(self.device)
             if dims.tp > 1:
                 apply_tensor_parallel(chunk, self.mesh["tp"], config.sequence_parallel)
+                use_dropout_streams(chunk, streams, config.sequence_parallel)
             if dims.dp > 1:
                 # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
                 # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
