@@ -170,6 +170,12 @@ def test_dropout_under_tensor_parallelism_draws_per_rank_where_ranks_hold_differ
     assert_same_curve(split[0], whole[0])
     distributed(corpus, tmp_path / "both", 2, 2, hidden_dropout=0.1, attention_dropout=0.1, **TP, **SP,
                 recompute_granularity="full")
+    # A run resumed from a checkpoint continues each rank's stream where it stood: the straight run's curve.
+    dropout = dict(hidden_dropout=0.1, attention_dropout=0.1, **TP, **SP)
+    straight = distributed(corpus, tmp_path / "straight", 2, 4, **dropout)
+    distributed(corpus, tmp_path / "resumed", 2, 2, **dropout)
+    resumed = distributed(corpus, tmp_path / "resumed", 2, 4, load=tmp_path / "resumed", **dropout)
+    assert_same_curve({i: resumed[0][i] for i in (3, 4)}, {i: straight[0][i] for i in (3, 4)})
 
 
 FAMILY_BLOCKS = {

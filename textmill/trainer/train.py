@@ -131,8 +131,8 @@ class Trainer:
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
         # Dropout's streams per rank (parallel/rng.py), once every rank has the same weights.
-        streams = DropoutStreams(self.device, config.seed, self.mesh["tp"].get_local_rank(), self.pp_rank,
-                                 pipeline=dims.pp > 1) if dims.tp > 1 or dims.pp > 1 else None
+        self.streams = streams = DropoutStreams(self.device, config.seed, self.mesh["tp"].get_local_rank(),
+                                                self.pp_rank, pipeline=dims.pp > 1) if dims.tp > 1 or dims.pp > 1 else None
         if config.compiles_on(self.device.type):
             compile_blocks(model, self.device, self.say, dims.tp)
         if dims.pp > 1:

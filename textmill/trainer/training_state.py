@@ -16,9 +16,12 @@ from textmill.trainer.train_config import check_vocabulary
 
 
 def rng_state(trainer) -> dict:
+    """This rank's random state: the default stream, and dropout's tensor-parallel stream where it has one."""
     rng = {"torch": torch.get_rng_state()}
     if trainer.device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(trainer.device)
+    if trainer.streams is not None:
+        rng["tensor_parallel"] = trainer.streams.state
     return rng
 
 
@@ -110,9 +113,14 @@ def load_training_state(trainer, root: Path, ckpt: Checkpoint | None = None) -> 
     if not trainer.config.no_load_rng:
         key = f"rng.rank{trainer.rank}.torch"
         if ckpt.meta.get("parallel", {}).get("world", 1) == trainer.dims.world and key in ckpt.stored_keys():
-            rng = ckpt.load_into({"rng": {f"rank{trainer.rank}": rng_state(trainer)}})["rng"][f"rank{trainer.rank}"]
+            wanted = rng_state(trainer)
+            if f"rng.rank{trainer.rank}.tensor_parallel" not in ckpt.stored_keys():  # saved before it was kept
+                wanted.pop("tensor_parallel", None)
+            rng = ckpt.load_into({"rng": {f"rank{trainer.rank}": wanted}})["rng"][f"rank{trainer.rank}"]
             torch.set_rng_state(rng["torch"])
             if "cuda" in rng:
                 torch.cuda.set_rng_state(rng["cuda"], trainer.device)
+            if "tensor_parallel" in rng:
+                trainer.streams.state = rng["tensor_parallel"]
         else:
             trainer.say(f"textmill train: {root} was saved by a different number of processes; random state not restored")
