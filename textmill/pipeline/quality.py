@@ -196,22 +196,26 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
 
 def fineweb(text: str, words: list[str], cfg: QualityConfig) -> str | None:
     """FineWeb's rules: the reason the document fails, or None."""
-    lines = punctuated = short = 0
-    for line in pieces(_NEWLINE, text):
-        if line.strip():
-            lines += 1
-            punctuated += bool(_SENTENCE_END.search(line))
-            short += len(line) <= cfg.short_line_chars
+    punctuated = short = 0
+
+    def nonblank_lines() -> Iterator[str]:  # counted on the way through repeated(), one pass over the text
+        nonlocal punctuated, short
+        for line in pieces(_NEWLINE, text):
+            if line.strip():
+                punctuated += bool(_SENTENCE_END.search(line))
+                short += len(line) <= cfg.short_line_chars
+                yield line
+
+    lines, _, chars = repeated(nonblank_lines())
     if not lines:
         return "empty"
     if punctuated / lines < cfg.min_line_punctuation:
         return "line_punctuation"
     if cfg.max_short_lines and short / lines > cfg.max_short_lines:
         return "short_lines"
-    if cfg.max_duplicate_line_chars_fineweb:
-        chars = repeated(line for line in pieces(_NEWLINE, text) if line.strip())[2]
-        if chars / (len(text) - text.count("\n")) > cfg.max_duplicate_line_chars_fineweb:
-            return "repeated_line_chars"
+    most = cfg.max_duplicate_line_chars_fineweb
+    if most and chars / (len(text) - text.count("\n")) > most:
+        return "repeated_line_chars"
     if cfg.max_newlines_per_word and text.count("\n") / len(words) > cfg.max_newlines_per_word:
         return "list_like"
     return None

@@ -102,11 +102,11 @@ class Trainer:
         if self.train_data is None:
             raise TextmillError(f"--split {config.split} leaves no training documents")
 
+        self.dtype = torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None  # autocast's
         self.build_model()
         decay = config.lr_decay_iters or config.train_iters
         warmup = int(config.lr_warmup_fraction * decay) if config.lr_warmup_fraction is not None else config.lr_warmup_iters
         self.schedule = LRSchedule(config.lr, config.min_lr, warmup, decay, config.lr_decay_style)
-        self.dtype = torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=config.initial_loss_scale,
                                            growth_interval=config.loss_scale_window, enabled=config.fp16)
         self.state = TrainState()
@@ -150,7 +150,7 @@ class Trainer:
                 # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
                 sharded = config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
                 chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, config.overlap_grad_reduce,
-                                                  torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None)
+                                                  self.dtype)
             else:
                 chunk_model = chunk
             self.models.append(chunk_model)
