@@ -18,7 +18,7 @@ from datetime import date
 
 import torch
 
-from textmill.trainer.model import LanguageModelLoss
+from textmill.trainer.loss import LanguageModelLoss
 
 
 def timed(fn, device: torch.device) -> float:

@@ -73,6 +73,15 @@ def test_fsdp2_under_bf16_gathers_in_bf16_and_trains_the_ddp_curve(corpus, tmp_p
 TP, PP, SP = dict(tensor_model_parallel_size=2), dict(pipeline_model_parallel_size=2), dict(sequence_parallel=True)
 
 
+def test_model_parallelism_under_bf16_moves_bf16_and_trains_the_single_process_curve(corpus, tmp_path):
+    """--bf16 with tensor, sequence and pipeline parallelism: the sublayers' inputs are gathered and the hidden
+    states passed between stages in bf16 (unit tests show the dtypes); the curve stays the single process's
+    under the same autocast, to the rounding of the stage boundary."""
+    single = single_process(corpus, tmp_path / "single", 6, bf16=True)
+    split = distributed(corpus, tmp_path / "split", 4, 6, bf16=True, **PP, **TP, **SP)
+    assert_same_curve(split[0], single[0], rel=1e-2)
+
+
 LAYOUTS = {  # name: (processes, settings, expected parallel sizes)
     "tp2": (2, TP, {"dp": 1, "tp": 2, "pp": 1}),
     "tp2-sp": (2, TP | SP, {"dp": 1, "tp": 2, "pp": 1}),
@@ -279,3 +288,58 @@ def test_checkpoint_convert_writes_a_layout_and_back(corpus, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "holds weights only (converted); starting a fresh optimizer" in r.stdout
     assert "iteration        5/6" in r.stdout
+
+
+def build_growth(corpus, tmp_path, nproc, **settings) -> list[dict]:
+    """Each rank's host-memory peak growth while its Trainer is built (tests/support/build_memory.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = parallel_config(corpus, train_iters=1, num_layers=80, hidden_size=512, num_attention_heads=8, **settings)
+    settings_file = config.write(tmp_path / f"build-{nproc}-{len(settings)}.json")
+    script = str(Path(__file__).parents[1] / "support" / "build_memory.py")
+    command = [sys.executable, script, str(settings_file)]
+    if nproc > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *command[1:]]
+    r = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(use_distributed_optimizer=True)],
+                         ids=["tp2", "fsdp2"])
+def test_each_rank_builds_only_its_share_of_the_model(corpus, tmp_path, layout):
+    """The model is built on the meta device and each rank allocates only its shards: with the weights
+    split over 2 processes, a rank's memory grows by about half the model's bytes while it is built (whole
+    on every rank, then sharded, it grew by more than the whole)."""
+    [single] = build_growth(corpus, tmp_path, 1)
+    model_bytes = 4 * single["parameters"]
+    assert single["growth"] >= 0.9 * model_bytes, single
+    ranks = build_growth(corpus, tmp_path, 2, **layout)
+    assert len(ranks) == 2
+    for rank in ranks:
+        assert rank["growth"] < 0.75 * model_bytes, (rank, model_bytes)
+
+
+def test_checkpoints_written_in_the_background_resume_the_straight_curve(corpus, reference, tmp_path):
+    """--async-save: each rank copies its tensors to host memory and trains on while a thread writes them;
+    a run stopped at iteration 3 and resumed from that checkpoint continues the straight run's curve, and
+    the tracker names only checkpoints every rank finished (no hidden folder is left)."""
+    save = tmp_path / "ckpt"
+    first, _ = distributed(corpus, save, 2, 6, async_save=True, save_interval=2, exit_interval=3)
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "3\n"
+    second, _ = distributed(corpus, save, 2, 6, async_save=True, load=save)
+    assert_same_curve({**first, **second}, reference[0])
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "6\n"
+    assert sorted(p.name for p in save.iterdir() if p.name.startswith("iter_")) == \
+        ["iter_0000002", "iter_0000003", "iter_0000006"]
+    assert not [p for p in save.iterdir() if p.name.startswith(".")]
+
+
+def test_async_save_needs_sharded_checkpoints(corpus, tmp_path):
+    options = parallel_config(corpus, train_iters=2, save=tmp_path / "ckpt", ckpt_format="torch").to_argv()
+    r = run_cli("train", *options, "--async-save")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == ("textmill: error: --async-save writes torch_dist shards; "
+                                                 "--ckpt-format torch is one synchronous file")

@@ -132,13 +132,7 @@ def save_checkpoint(root: Path, iteration: int | Literal["release"], meta: dict,
                     fmt: Literal["torch", "torch_dist"] = "torch") -> Path:
     """Write `tensors` (nested dicts of tensors) and `meta` (JSON values) as the checkpoint of `iteration`
     (an int, or "release") and point the tracker at it. With fmt "torch_dist" every rank must call this."""
-    final = checkpoint_dir(root, iteration)
-    tmp = root / f".{final.name}.tmp"
-    meta = {**meta, "checkpoint_version": CHECKPOINT_VERSION, "iteration": 0 if iteration == "release" else iteration}
-    if is_writer():
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
+    final, tmp, meta = prepare_checkpoint(root, iteration, meta)
     if fmt == "torch":
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise TextmillError("--ckpt-format torch writes one file from one process; use torch_dist with several")
@@ -148,6 +142,52 @@ def save_checkpoint(root: Path, iteration: int | Literal["release"], meta: dict,
         import torch.distributed.checkpoint as dcp
 
         dcp.save(tensors, checkpoint_id=tmp)
+    publish_checkpoint(root, iteration, meta, tmp, final)
+    return final
+
+
+@dataclass
+class PendingCheckpoint:
+    """A torch_dist checkpoint being written in the background (start_checkpoint): `wait` lets it finish
+    on every rank and then names it in the tracker."""
+    root: Path
+    iteration: int
+    meta: dict
+    tmp: Path
+    final: Path
+    writing: object  # the Future of torch.distributed.checkpoint.async_save
+
+    def wait(self) -> Path:
+        self.writing.result()
+        publish_checkpoint(self.root, self.iteration, self.meta, self.tmp, self.final)
+        return self.final
+
+
+def start_checkpoint(root: Path, iteration: int, meta: dict, tensors: dict, group=None) -> PendingCheckpoint:
+    """save_checkpoint's torch_dist, in the background: the tensors are copied to host memory before this
+    returns (training may change them after), then written by a thread that coordinates the ranks over
+    `group`, a process group of its own, so its collectives never interleave with training's."""
+    import torch.distributed.checkpoint as dcp
+
+    final, tmp, meta = prepare_checkpoint(root, iteration, meta)
+    writing = dcp.async_save(tensors, checkpoint_id=tmp, process_group=group)
+    return PendingCheckpoint(root, iteration, meta, tmp, final, writing)
+
+
+def prepare_checkpoint(root: Path, iteration: int | str, meta: dict) -> tuple[Path, Path, dict]:
+    """The checkpoint's folder, the hidden folder it is written in first, and its metadata."""
+    final = checkpoint_dir(root, iteration)
+    tmp = root / f".{final.name}.tmp"
+    meta = {**meta, "checkpoint_version": CHECKPOINT_VERSION, "iteration": 0 if iteration == "release" else iteration}
+    if is_writer():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    return final, tmp, meta
+
+
+def publish_checkpoint(root: Path, iteration: int | str, meta: dict, tmp: Path, final: Path) -> None:
+    """Once every rank has written its part: the metadata, the folder under its name, the tracker."""
     barrier()
     if is_writer():
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -157,7 +197,6 @@ def save_checkpoint(root: Path, iteration: int | Literal["release"], meta: dict,
         with atomic_path(root / TRACKER) as t:
             t.write_text(f"{iteration}\n")
     barrier()
-    return final
 
 
 def read_tracker(root: Path) -> int | str | None:

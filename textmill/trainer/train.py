@@ -41,7 +41,7 @@ from textmill.trainer.parallel.pipeline_parallel import (
 )
 from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
 from textmill.trainer.train_config import TrainConfig, check_config, unpadded_vocab_size
-from textmill.trainer.training_state import load_training_state, save_training_state
+from textmill.trainer.training_state import finish_saving, load_training_state, save_training_state
 
 
 @dataclass
@@ -86,7 +86,10 @@ class Trainer:
         self.mesh = mesh
         self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
         self.pp_rank = self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
-        self.ckpt_format = config.ckpt_format or ("torch_dist" if self.dims.distributed else "torch")
+        self.ckpt_format = config.ckpt_format or ("torch_dist" if self.dims.distributed or config.async_save else "torch")
+        self.pending = None  # the checkpoint being written in the background (--async-save)
+        # Its writer coordinates the ranks over a group of its own, never interleaved with training's collectives.
+        self.checkpoint_group = torch.distributed.new_group(backend="gloo") if config.async_save and self.dims.distributed else None
 
         prefixes, weights = parse_data_path(config.data_path)
         weighted = len(config.data_path) == 2 * len(prefixes)
@@ -126,34 +129,37 @@ class Trainer:
         self.chunks: (stage index, the stage's GPT); self.models: what runs each stage (maybe wrapped);
         self.optimizers: one per stage; self.schedule_pp: the pipeline schedule, or None."""
         config, dims = self.config, self.dims
-        torch.manual_seed(config.seed)  # every rank builds the same whole model, then keeps its part
-        model = GPT(self.model_config)
+        # Built on the meta device: no storage until each rank materializes the parts it holds, so a model
+        # that fits once sharded never has to fit whole. The weights are those of one process in any layout.
+        with torch.device("meta"):
+            model = GPT(self.model_config)
         self.num_parameters = model.num_parameters()
         model.set_recompute(config.recompute)
-        # Dropout's streams per rank (parallel/rng.py), once every rank has the same weights.
+        torch.manual_seed(config.seed)  # the default stream dropout draws from
+        # Dropout's streams per rank (parallel/rng.py).
         self.streams = streams = DropoutStreams(self.device, config.seed, self.mesh["tp"].get_local_rank(),
                                                 self.pp_rank, pipeline=dims.pp > 1) if dims.tp > 1 or dims.pp > 1 else None
         if config.compiles_on(self.device.type):
             compile_blocks(model, self.device, self.say, dims.tp)
         if dims.pp > 1:
-            self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual)
+            self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual, self.dtype)
         else:
             self.chunks = [(0, model)]
+        # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
+        # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
+        sharded = dims.dp > 1 and (config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1)
         self.models = []
         for _, chunk in self.chunks:
-            chunk.to(self.device)
             if dims.tp > 1:
                 apply_tensor_parallel(chunk, self.mesh["tp"], config.sequence_parallel)
                 use_dropout_streams(chunk, streams, config.sequence_parallel)
-            if dims.dp > 1:
-                # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
-                # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
-                sharded = config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1
-                chunk_model = apply_data_parallel(chunk, self.mesh["dp"], sharded, config.overlap_grad_reduce,
-                                                  self.dtype)
+            if sharded:  # FSDP2 shards the meta model; materialize then allocates only this rank's shards
+                apply_data_parallel(chunk, self.mesh["dp"], True, config.overlap_grad_reduce, self.dtype)
+            chunk.materialize(self.device, config.seed)
+            if dims.dp > 1 and not sharded:  # DDP wraps a model with storage (it broadcasts rank 0's weights)
+                self.models.append(apply_data_parallel(chunk, self.mesh["dp"], False, config.overlap_grad_reduce))
             else:
-                chunk_model = chunk
-            self.models.append(chunk_model)
+                self.models.append(chunk)
         self.optimizers = [make_optimizer(list(chunk.parameters()), config.lr, config.weight_decay,
                                           (config.adam_beta1, config.adam_beta2), config.adam_eps) for _, chunk in self.chunks]
         self.schedule_pp = None
@@ -161,7 +167,7 @@ class Trainer:
         if dims.pp > 1:
             self.schedule_pp = build_schedule(self.chunks, self.models, dims.pp * dims.virtual, self.mesh["pp"], self.device,
                                               self.micro_batches_per_step(), config.micro_batch_size, self.seq_len,
-                                              dims.tp if config.sequence_parallel else 1)
+                                              dims.tp if config.sequence_parallel else 1, self.dtype)
             if self.model_config.tie_embeddings:
                 self.tied_group = embedding_group(self.mesh)
 
@@ -359,6 +365,7 @@ class Trainer:
                     saved_at = it
                 if stop:
                     break
+            finish_saving(self)
         finally:
             bar.close()
             sinks.close()

@@ -178,6 +178,9 @@ class TrainConfig(Settings):
     ckpt_format: Literal["torch", "torch_dist"] | None = setting(
         None, "one file (default for one process) or torch.distributed.checkpoint shards written by every rank "
         "(default for several); either loads into any layout", group=CHECKPOINTS)
+    async_save: bool = setting(False, "write checkpoints in the background (torch_dist): each rank copies its "
+                               "tensors to host memory and trains on while they are written; the tracker names the "
+                               "checkpoint only once every rank has written it", group=CHECKPOINTS, keyed=False)
     no_load_optim: bool = setting(False, "with --load: weights only, fresh optimizer", group=CHECKPOINTS)
     no_load_rng: bool = setting(False, "with --load: do not restore the random state", group=CHECKPOINTS)
     finetune: bool = setting(False, "with --load: weights only, start at iteration 0", group=CHECKPOINTS)
@@ -207,6 +210,8 @@ class TrainConfig(Settings):
             raise TextmillError("--bf16 and --fp16 exclude each other")
         if self.compile and self.no_compile:
             raise TextmillError("--compile and --no-compile exclude each other")
+        if self.async_save and self.ckpt_format == "torch":
+            raise TextmillError("--async-save writes torch_dist shards; --ckpt-format torch is one synchronous file")
         if self.rampup_batch_size:
             raise TextmillError("--rampup-batch-size is not supported: textmill trains at --global-batch-size from the "
                                 "first step; drop the flag (the run then takes --train-samples at that batch size)")

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import Checkpoint, is_writer, load_checkpoint, save_checkpoint
+from textmill.trainer.checkpoint import Checkpoint, is_writer, load_checkpoint, save_checkpoint, start_checkpoint
 from textmill.trainer.train_config import check_vocabulary
 
 
@@ -47,10 +47,22 @@ def save_training_state(trainer) -> Path:
         "tokenizer_vocab_size": trainer.vocab_size,
         "parallel": trainer.dims.to_dict(),
     }
-    path = save_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.ckpt_format)
+    if trainer.config.async_save:  # one checkpoint in the background at a time: the previous one ends first
+        finish_saving(trainer)
+        trainer.pending = start_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.checkpoint_group)
+        path = trainer.pending.final
+    else:
+        path = save_checkpoint(root, trainer.state.iteration, meta, tensors, trainer.ckpt_format)
     if is_writer() and not (root / "tokenizer").exists():  # the tokenizer travels with the model
         keep_tokenizer(trainer.config, root / "tokenizer")
     return path
+
+
+def finish_saving(trainer) -> None:
+    """Wait for the checkpoint written in the background (--async-save), if any, and name it in the tracker."""
+    if trainer.pending is not None:
+        trainer.pending.wait()
+        trainer.pending = None
 
 
 def keep_tokenizer(config, folder: Path) -> None:

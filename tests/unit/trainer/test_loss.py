@@ -1,10 +1,12 @@
-"""The fused language-model loss under 16-bit autocast: its gradient is as exact as autocast's own
-F.linear + cross_entropy with a loss scale, measured against float64."""
+"""The fused language-model loss: plain cross-entropy's values and gradients in any chunking, and under 16-bit
+autocast a gradient as exact as autocast's own F.linear + cross_entropy with a loss scale (against float64)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from textmill.trainer.model import language_model_loss
+from textmill.trainer import loss
+from textmill.trainer.loss import language_model_loss
 
 
 def relative_error(grad: torch.Tensor, reference: torch.Tensor) -> float:
@@ -49,3 +51,27 @@ def test_an_evaluation_under_no_grad_makes_the_logits_product_alone():
         with grad_mode(), FlopCounterMode(display=False) as counter:
             language_model_loss(hidden.clone().requires_grad_(), weight, labels)
         assert counter.get_total_flops() == products * logits_flops
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 14, 1 << 27])  # many chunks of rows, or one
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("biased", [False, True], ids=["no-bias", "output-bias"])
+def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, masked, biased):
+    monkeypatch.setattr(loss, "LOSS_CHUNK_BYTES", chunk_bytes)
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 40, 32, generator=gen, requires_grad=True)
+    weight = (0.1 * torch.randn(1000, 32, generator=gen)).requires_grad_()
+    bias = torch.randn(1000, generator=gen).requires_grad_() if biased else None  # GPT-J's output layer has one
+    labels = torch.randint(0, 1000, (3, 40), generator=gen)
+    mask = (torch.rand(3, 40, generator=gen) > 0.3).float() if masked else torch.ones(3, 40)
+    ours = loss.language_model_loss(hidden, weight, labels, mask if masked else None, bias)
+    (2.5 * ours).backward()  # a scaled loss, as under fp16 loss scaling
+    leaves = [hidden, weight] + ([bias] if biased else [])
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    per_token = F.cross_entropy(F.linear(hidden, weight, bias).flatten(0, 1), labels.flatten(), reduction="none")
+    plain = (per_token * mask.flatten()).sum() / mask.sum()
+    (2.5 * plain).backward()
+    assert ours.item() == pytest.approx(plain.item(), rel=1e-6)
+    assert all(torch.allclose(ours_grad, t.grad, atol=1e-7) for ours_grad, t in zip(grads, leaves))

@@ -106,35 +106,6 @@ def test_learning_rate_schedule_matches_megatron():
     assert LRSchedule(1.0, 0.0, 4, 100, "constant").lr(50) == 1.0
 
 
-@pytest.mark.parametrize("chunk_bytes", [1 << 14, 1 << 27])  # many chunks of rows, or one
-@pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("biased", [False, True], ids=["no-bias", "output-bias"])
-def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, masked, biased):
-    import torch
-    import torch.nn.functional as F
-
-    from textmill.trainer import model
-
-    monkeypatch.setattr(model, "LOSS_CHUNK_BYTES", chunk_bytes)
-    gen = torch.Generator().manual_seed(0)
-    hidden = torch.randn(3, 40, 32, generator=gen, requires_grad=True)
-    weight = (0.1 * torch.randn(1000, 32, generator=gen)).requires_grad_()
-    bias = torch.randn(1000, generator=gen).requires_grad_() if biased else None  # GPT-J's output layer has one
-    labels = torch.randint(0, 1000, (3, 40), generator=gen)
-    mask = (torch.rand(3, 40, generator=gen) > 0.3).float() if masked else torch.ones(3, 40)
-    ours = model.language_model_loss(hidden, weight, labels, mask if masked else None, bias)
-    (2.5 * ours).backward()  # a scaled loss, as under fp16 loss scaling
-    leaves = [hidden, weight] + ([bias] if biased else [])
-    grads = [t.grad.clone() for t in leaves]
-    for t in leaves:
-        t.grad = None
-    per_token = F.cross_entropy(F.linear(hidden, weight, bias).flatten(0, 1), labels.flatten(), reduction="none")
-    plain = (per_token * mask.flatten()).sum() / mask.sum()
-    (2.5 * plain).backward()
-    assert ours.item() == pytest.approx(plain.item(), rel=1e-6)
-    assert all(torch.allclose(ours_grad, t.grad, atol=1e-7) for ours_grad, t in zip(grads, leaves))
-
-
 def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp_path):
     whole = Trainer(train_config(corpus, train_iters=20)).train()
     losses = [r["lm_loss"] for r in whole["log"] if "lm_loss" in r]
@@ -151,6 +122,18 @@ def test_training_lowers_validation_loss_and_resumes_bit_identically(corpus, tmp
     assert resumed_losses == losses  # bit-identical, not merely close
     assert (save / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt").exists()
     assert (save / "tokenizer" / "vocab.json").exists()
+
+
+def test_a_checkpoint_written_in_the_background_resumes_bit_identically(corpus, tmp_path):
+    """--async-save in one process: torch_dist shards written by a thread while training goes on."""
+    whole = Trainer(train_config(corpus, train_iters=6)).train()
+    save = tmp_path / "ckpt"
+    first = Trainer(train_config(corpus, train_iters=6, save=save, exit_interval=3, async_save=True)).train()
+    assert first["saved_at"] == 3 and list((save / "iter_0000003").glob("*.distcp"))
+    resumed = Trainer(train_config(corpus, train_iters=6, save=save, load=save, async_save=True)).train()
+    losses = [r["lm_loss"] for r in first["log"] + resumed["log"] if "lm_loss" in r]
+    assert losses == [r["lm_loss"] for r in whole["log"] if "lm_loss" in r]
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "6\n"
 
 
 def test_activation_recomputation_changes_memory_not_results(corpus):

@@ -21,8 +21,13 @@ import torch.distributed as dist
 from torch import nn
 
 
-def split_stages(model: nn.Module, pp_rank: int, pp: int, virtual: int) -> list[tuple[int, nn.Module]]:
-    """(stage index, stage model) for each of this rank's stages; `virtual` stages per rank."""
+def split_stages(model: nn.Module, pp_rank: int, pp: int, virtual: int,
+                 transfer_dtype: torch.dtype | None = None) -> list[tuple[int, nn.Module]]:
+    """(stage index, stage model) for each of this rank's stages; `virtual` stages per rank.
+
+    `transfer_dtype` (autocast's bf16 or fp16): the hidden states go from stage to stage in it, as Megatron's
+    16-bit activations do (half the bytes of fp32), and the next stage carries the residual stream on in
+    fp32: the one difference from a single process is that rounding at each stage boundary."""
     stages = pp * virtual
     per_stage = model.config.num_layers // stages
     chunks = []
@@ -32,6 +37,10 @@ def split_stages(model: nn.Module, pp_rank: int, pp: int, virtual: int) -> list[
         keep = {str(i) for i in range(s * per_stage, (s + 1) * per_stage)}
         for name in [n for n in chunk.blocks if n not in keep]:
             del chunk.blocks[name]
+        if transfer_dtype is not None and not first:
+            chunk.register_forward_pre_hook(lambda module, args: (args[0].float(), *args[1:]))
+        if transfer_dtype is not None and not last:
+            chunk.register_forward_hook(lambda module, args, hidden: hidden.to(transfer_dtype))
         if not first:
             chunk.embeds = False
             chunk.wpe = None
@@ -48,18 +57,21 @@ def split_stages(model: nn.Module, pp_rank: int, pp: int, virtual: int) -> list[
 
 
 def build_schedule(chunks: list[tuple[int, nn.Module]], wrapped: list[nn.Module], stages: int, pp_mesh,
-                   device: torch.device, micro_batches: int, micro_batch: int, seq_len: int, sequence_shards: int):
+                   device: torch.device, micro_batches: int, micro_batch: int, seq_len: int, sequence_shards: int,
+                   transfer_dtype: torch.dtype | None = None):
     """1F1B for one stage per rank, interleaved 1F1B for several. The last stage's forward returns the
     micro-batch's loss (the model computes it from the labels it is given), which the schedule backpropagates;
     the schedule divides the accumulated gradients by the number of micro-batches.
 
-    The shapes passed between stages are given up front (token ids into the first stage, fp32 hidden states
+    The shapes passed between stages are given up front (token ids into the first stage, hidden states
     of this rank's sequence shard between stages, the loss out of the last), so the schedule need not infer
-    them with a trial forward pass, which would run the tensor-parallel collectives out of step."""
+    them with a trial forward pass, which would run the tensor-parallel collectives out of step. Hidden
+    states travel in `transfer_dtype` when given (see split_stages), else in fp32."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 
     group = pp_mesh.get_group()
-    hidden = torch.empty(micro_batch, seq_len // sequence_shards, chunks[0][1].config.hidden_size, device="meta", requires_grad=True)
+    hidden = torch.empty(micro_batch, seq_len // sequence_shards, chunks[0][1].config.hidden_size, device="meta",
+                         dtype=transfer_dtype or torch.float32, requires_grad=True)
     tokens = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta")
     loss = torch.empty(1, device="meta")
     pipeline = []

@@ -8,7 +8,7 @@ Each block's two matrix pairs are split so one block costs two all-reduces (Shoe
   rank computes its own query heads and its group's keys and values (GroupReplicatedQKV);
 - MLP: fc1 (and the SwiGLU gate) column-wise, fc2 row-wise;
 - the token embedding row-wise (by vocabulary); the output layer uses the same vocabulary slice, and the
-  loss is computed on it without gathering the logits (model.language_model_loss, vocabulary-parallel).
+  loss is computed on it without gathering the logits (loss.language_model_loss, vocabulary-parallel).
 
 Sequence parallelism (Korthikanti et al. 2022) also splits the work between those regions (norms, dropout,
 residual adds) along the sequence: activations there are [B, T / TP, h], the all-reduces become
@@ -69,6 +69,19 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool) ->
             if block.norm2 is not None:  # GPT-J's blocks have one norm
                 block_plan["norm2"] = SequenceParallel()
         parallelize_module(block, tp_mesh, block_plan)
+        for sublayer in (block.attn, block.mlp):  # before the plan's own input hook (the all-gather)
+            sublayer.register_forward_pre_hook(in_compute_dtype, prepend=True)
+
+
+def in_compute_dtype(module: nn.Module, args: tuple):
+    """A sublayer's input in autocast's dtype (bf16, fp16), as Megatron's 16-bit activations are: sequence
+    parallelism's all-gather, and the reduction of the input's gradient in the backward pass, then move half
+    the bytes of fp32. Its matrix products would cast it anyway, so the forward values are unchanged."""
+    x = args[0]
+    device = x.device.type
+    if not torch.is_autocast_enabled(device) or x.dtype == torch.get_autocast_dtype(device):
+        return None
+    return (x.to(torch.get_autocast_dtype(device)), *args[1:])
 
 
 class GroupReplicatedQKV(nn.Module):
@@ -92,18 +105,21 @@ class GroupReplicatedQKV(nn.Module):
         queries = config.num_attention_heads // tp  # this rank's query heads, all in one group
         group, part = divmod(rank, tp // config.kv_heads)
         first = group * (per_group + 2) * hd  # the group's first row
-        rows = [*range(first + part * queries * hd, first + (part + 1) * queries * hd),
-                *range(first + per_group * hd, first + (per_group + 2) * hd)]
-        self.register_buffer("rows", torch.tensor(rows, device=linear.weight.device), persistent=False)
+        # Two runs of rows: this rank's queries, then the group's keys and values.
+        self.runs = ((first + part * queries * hd, first + (part + 1) * queries * hd),
+                     (first + per_group * hd, first + (per_group + 2) * hd))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.distributed.tensor import DTensor
 
         if isinstance(x, DTensor):  # sequence parallelism gathered the input; a replicated DTensor
             x = x.to_local()
-        weight = SumGradient.apply(self.weight.to_local(), self.group)[self.rows]
-        bias = None if self.bias is None else SumGradient.apply(self.bias.to_local(), self.group)[self.rows]
+        weight = self.rows_of(SumGradient.apply(self.weight.to_local(), self.group))
+        bias = None if self.bias is None else self.rows_of(SumGradient.apply(self.bias.to_local(), self.group))
         return F.linear(SumGradient.apply(x, self.group), weight, bias)
+
+    def rows_of(self, t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t[start:end] for start, end in self.runs])
 
 
 class SumGradient(torch.autograd.Function):

@@ -1,0 +1,30 @@
+"""Run by path, alone or under torchrun, with a TrainConfig file: builds that trainer and prints, as one JSON
+line per rank, how much host memory the rank's peak grew by while it was built (Linux: the peak resident
+set, VmHWM, reset just before)."""
+
+import json
+import sys
+from pathlib import Path
+
+
+def resident_peak() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def main() -> None:
+    from textmill.trainer.train import training_session
+    from textmill.trainer.train_config import TrainConfig
+
+    config = TrainConfig.read(Path(sys.argv[1]))
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from what is resident now
+    before = resident_peak()
+    with training_session(config) as trainer:
+        growth = resident_peak() - before
+        print(json.dumps({"rank": trainer.rank, "growth": growth, "parameters": trainer.num_parameters}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
