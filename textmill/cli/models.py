@@ -43,6 +43,15 @@ def cmd_export_hf(args) -> str:
     return export_line(export_hf(args.load, args.output, args.vocab_file, args.merge_file), timer.seconds)
 
 
+def cmd_export_megatron(args) -> str:
+    from textmill.interop.megatron import export_megatron
+    from textmill.report.lines import export_megatron_line
+
+    timer = Timer()
+    r = export_megatron(args.load, args.output, args.target_tensor_parallel_size, args.target_pipeline_parallel_size)
+    return export_megatron_line(r, timer.seconds)
+
+
 def cmd_import_hf(args) -> str:
     from textmill.interop.hf import import_hf
     from textmill.report.lines import import_line
@@ -52,6 +61,15 @@ def cmd_import_hf(args) -> str:
     return import_line(r, timer.seconds)
 
 
+def cmd_import_megatron(args) -> str:
+    from textmill.interop.megatron import import_megatron
+    from textmill.report.lines import import_megatron_line
+
+    timer = Timer()
+    r = import_megatron(args.path, args.save, args.vocab_file, args.merge_file, args.num_attention_heads)
+    return import_megatron_line(r, timer.seconds)
+
+
 def cmd_checkpoint_convert(args) -> str:
     from textmill.interop.convert import convert_checkpoint
     from textmill.report.lines import convert_line
@@ -59,6 +77,17 @@ def cmd_checkpoint_convert(args) -> str:
     r = convert_checkpoint(args.load, args.save, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
                            args.ckpt_format, args.argv[1:])
     return "" if r is None else convert_line(r)
+
+
+def add_export_paths(p) -> None:
+    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
+    p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
+
+
+def add_target_layout(p) -> None:
+    """The layout (Megatron's saver flags) a command writes its files for."""
+    p.add_argument("--target-tensor-parallel-size", type=int, default=1, help="tensor-parallel size of the files written")
+    p.add_argument("--target-pipeline-parallel-size", type=int, default=1, help="pipeline-parallel size of the files written")
 
 
 def add_parsers(sub) -> None:
@@ -91,7 +120,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--output", type=Path, help="result JSON (default: LOAD/lambada.json or LOAD/lambada-strict.json)")
     p.set_defaults(func=cmd_evaluate_lambada)
 
-    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face).",
+    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face, Megatron-LM).",
                        description="Export a checkpoint to another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel, LlamaForCausalLM, "
@@ -101,12 +130,20 @@ def add_parsers(sub) -> None:
                            "model.safetensors (fp32) and the tokenizer's files (GPT-2's vocab.json, merges.txt and "
                            "tokenizer config, or a Hugging Face tokenizer.json kept from an import), which "
                            "AutoModelForCausalLM / AutoTokenizer / pipeline('text-generation') load as they are.")
-    p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
-    p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
+    add_export_paths(p)
     add_tokenizer_files(p, saved_tokenizer)
     p.set_defaults(func=cmd_export_hf)
+    p = formats.add_parser("megatron", help="A Megatron-LM legacy GPT checkpoint (GPT-2 blocks), split for a layout.",
+                           formatter_class=fmt,
+                           description="Write the newest checkpoint as Megatron-LM writes --ckpt-format torch checkpoints "
+                           "(checkpoint version 3.0, its tensor names, mp_rank_TT[_PPP]/model_optim_rng.pt per rank, "
+                           "the args it checks on load), weights only: Megatron-LM loads it with --finetune, or with "
+                           "--no-load-optim --no-load-rng. GPT-2 blocks only.")
+    add_export_paths(p)
+    add_target_layout(p)
+    p.set_defaults(func=cmd_export_megatron)
 
-    p = sub.add_parser("import", help="Import a model from another format (Hugging Face).",
+    p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",
                        description="Import a model from another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     p = formats.add_parser("hf", help="A Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill checkpoint.",
@@ -121,6 +158,20 @@ def add_parsers(sub) -> None:
                         "and FOLDER/merges.txt)")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
     p.set_defaults(func=cmd_import_hf)
+    p = formats.add_parser("megatron", help="A Megatron-LM GPT-2 checkpoint (NVIDIA's 345M release, or --ckpt-format "
+                           "torch files of any tensor/pipeline layout) into a textmill checkpoint.", formatter_class=fmt,
+                           description="Turn a legacy Megatron-LM GPT checkpoint (mp_rank_*/model_optim_rng.pt, any "
+                           "checkpoint version, tensor-parallel shards joined, pipeline stages concatenated) into a "
+                           "textmill 'release' checkpoint. The files are read without running code from them (an "
+                           "allowlist of what Megatron writes). GPT-2 blocks only; other blocks are refused.")
+    p.add_argument("path", type=Path, help="the save directory (with latest_checkpointed_iteration.txt), or one "
+                   "iter_N or release folder in it")
+    p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
+    p.add_argument("--vocab-file", type=Path, help="GPT-2 BPE vocab.json the model was trained with (required)")
+    p.add_argument("--merge-file", type=Path, help="GPT-2 BPE merges.txt the model was trained with (required)")
+    p.add_argument("--num-attention-heads", type=int, help="heads, for a checkpoint without args (default: 16, as "
+                   "NVIDIA's 345M release); a checkpoint's args take precedence")
+    p.set_defaults(func=cmd_import_megatron)
 
     p = sub.add_parser("checkpoint", help="Rewrite checkpoints (Megatron's tools/checkpoint_util.py).",
                        description="Work on checkpoints.", formatter_class=fmt)
@@ -133,8 +184,7 @@ def add_parsers(sub) -> None:
                            "only, as checkpoint_util: a run resumed from the result starts a fresh optimizer.")
     p.add_argument("--load", type=Path, required=True, help="checkpoint directory to read (its newest checkpoint)")
     p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
-    p.add_argument("--target-tensor-parallel-size", type=int, default=1, help="tensor-parallel size of the files written")
-    p.add_argument("--target-pipeline-parallel-size", type=int, default=1, help="pipeline-parallel size of the files written")
+    add_target_layout(p)
     p.add_argument("--ckpt-format", choices=["torch", "torch_dist"], default="torch_dist",
                    help="torch_dist: one shard file per rank of the layout; torch: one file (layout 1 x 1 only)")
     p.set_defaults(func=cmd_checkpoint_convert)

@@ -29,9 +29,10 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
-from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model, save_checkpoint
+from textmill.interop.families import FAMILIES
+from textmill.interop.release import checked_model, save_release
+from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 from textmill.trainer.gpt_config import GPTConfig
-from textmill.trainer.model import GPT
 
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 # Hugging Face names of the tanh-approximated GELU (the same function up to rounding).
@@ -80,42 +81,6 @@ def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_config: GP
     return torch.cat(parts, dim=1).reshape(-1, *q.shape[1:])
 
 
-# Parameter names, textmill -> Hugging Face, one table per family read in both directions: (ours, theirs,
-# transposed). Conv1D (GPT-2) keeps its matrices as [in, out]. The fused attention projection is the one
-# tensor that is not a rename (qkv_to_hf / qkv_from_hf).
-HF_NAMES = {
-    "gpt2": {"layer": "transformer.h.{}.", "embedding": "transformer.wte.weight",
-             "globals": (("wpe.weight", "transformer.wpe.weight"), ("norm_f.weight", "transformer.ln_f.weight"),
-                         ("norm_f.bias", "transformer.ln_f.bias")),
-             "layers": (("norm1.weight", "ln_1.weight", False), ("norm1.bias", "ln_1.bias", False),
-                        ("norm2.weight", "ln_2.weight", False), ("norm2.bias", "ln_2.bias", False),
-                        ("attn.proj.weight", "attn.c_proj.weight", True), ("attn.proj.bias", "attn.c_proj.bias", False),
-                        ("mlp.fc1.weight", "mlp.c_fc.weight", True), ("mlp.fc1.bias", "mlp.c_fc.bias", False),
-                        ("mlp.fc2.weight", "mlp.c_proj.weight", True), ("mlp.fc2.bias", "mlp.c_proj.bias", False))},
-    "llama": {"layer": "model.layers.{}.", "embedding": "model.embed_tokens.weight", "qkv": "self_attn.{}_proj.weight",
-              "globals": (("norm_f.weight", "model.norm.weight"),),
-              "layers": (("attn.proj.weight", "self_attn.o_proj.weight", False),
-                         ("mlp.gate.weight", "mlp.gate_proj.weight", False), ("mlp.fc1.weight", "mlp.up_proj.weight", False),
-                         ("mlp.fc2.weight", "mlp.down_proj.weight", False), ("norm1.weight", "input_layernorm.weight", False),
-                         ("norm2.weight", "post_attention_layernorm.weight", False))},
-    # GPT-NeoX fuses QKV in textmill's own per-head layout, [heads, (q, k, v), head_dim]: a rename too.
-    "gpt_neox": {"layer": "gpt_neox.layers.{}.", "embedding": "gpt_neox.embed_in.weight", "output": "embed_out.weight",
-                 "globals": (("norm_f.weight", "gpt_neox.final_layer_norm.weight"),
-                             ("norm_f.bias", "gpt_neox.final_layer_norm.bias")),
-                 "layers": tuple((f"{ours}.{p}", f"{theirs}.{p}", False) for ours, theirs in (
-                     ("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"),
-                     ("attn.qkv", "attention.query_key_value"), ("attn.proj", "attention.dense"),
-                     ("mlp.fc1", "mlp.dense_h_to_4h"), ("mlp.fc2", "mlp.dense_4h_to_h")) for p in ("weight", "bias"))},
-    # GPT-J: separate Q, K, V as LLaMA, one norm per block, and a bias on the output layer.
-    "gptj": {"layer": "transformer.h.{}.", "embedding": "transformer.wte.weight", "qkv": "attn.{}_proj.weight",
-             "globals": (("norm_f.weight", "transformer.ln_f.weight"), ("norm_f.bias", "transformer.ln_f.bias")),
-             "layers": (("norm1.weight", "ln_1.weight", False), ("norm1.bias", "ln_1.bias", False),
-                        ("attn.proj.weight", "attn.out_proj.weight", False),
-                        ("mlp.fc1.weight", "mlp.fc_in.weight", False), ("mlp.fc1.bias", "mlp.fc_in.bias", False),
-                        ("mlp.fc2.weight", "mlp.fc_out.weight", False), ("mlp.fc2.bias", "mlp.fc_out.bias", False))},
-}
-
-
 def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     """One block's fused projection (our names, without the block prefix) in Hugging Face's form."""
     if family == "gpt_neox":
@@ -123,7 +88,7 @@ def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     if family == "gpt2":
         return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], model_config)).t(),
                 "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], model_config))}
-    names = HF_NAMES[family]["qkv"]
+    names = FAMILIES[family].hf_qkv
     return dict(zip((names.format(p) for p in "qkv"), split_qkv(layer["attn.qkv.weight"], model_config)))
 
 
@@ -134,7 +99,7 @@ def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
     if family == "gpt2":
         return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), model_config),
                 "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), model_config)}
-    names = HF_NAMES[family]["qkv"]
+    names = FAMILIES[family].hf_qkv
     return {"attn.qkv.weight": join_qkv(*(layer[names.format(p)] for p in "qkv"), model_config)}
 
 
@@ -144,15 +109,15 @@ def block(state: dict, prefix: str) -> dict:
 
 # ----------------------------------------------------------------------------------------------- export
 def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) -> dict:
-    names = HF_NAMES[family]
-    hf = {names["embedding"]: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in names["globals"]}}
+    names = FAMILIES[family]
+    hf = {names.hf_embedding: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in names.hf_globals}}
     for i in range(model_config.num_layers):
-        o, h = f"blocks.{i}.", names["layer"].format(i)
-        for a, b, transposed in names["layers"]:
+        o, h = f"blocks.{i}.", names.hf_layer.format(i)
+        for a, b, transposed in names.hf_layers:
             hf[h + b] = ours[o + a].t() if transposed else ours[o + a]
         hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), model_config).items()})
     if not model_config.tie_embeddings:
-        hf[names.get("output", "lm_head.weight")] = ours["lm_head.weight"][:vocab]
+        hf[names.hf_output] = ours["lm_head.weight"][:vocab]
     if model_config.output_bias:
         hf["lm_head.bias"] = ours["lm_head.bias"][:vocab]
     return hf
@@ -360,15 +325,16 @@ def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
-    names = HF_NAMES[family]
-    ours = {"wte.weight": padded_rows(hf[names["embedding"]], model_config.vocab_size), **{o: hf[theirs] for o, theirs in names["globals"]}}
+    names = FAMILIES[family]
+    ours = {"wte.weight": padded_rows(hf[names.hf_embedding], model_config.vocab_size),
+            **{o: hf[theirs] for o, theirs in names.hf_globals}}
     for i in range(model_config.num_layers):
-        o, h = f"blocks.{i}.", names["layer"].format(i)
-        for a, b, transposed in names["layers"]:
+        o, h = f"blocks.{i}.", names.hf_layer.format(i)
+        for a, b, transposed in names.hf_layers:
             ours[o + a] = hf[h + b].t() if transposed else hf[h + b]
         ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), model_config).items()})
     if not model_config.tie_embeddings:
-        ours["lm_head.weight"] = padded_rows(hf[names.get("output", "lm_head.weight")], model_config.vocab_size)
+        ours["lm_head.weight"] = padded_rows(hf[names.hf_output], model_config.vocab_size)
     if model_config.output_bias:  # padding rows get a zero bias, as they get zero weights
         ours["lm_head.bias"] = padded_rows(hf["lm_head.bias"], model_config.vocab_size)
     return ours
@@ -377,7 +343,7 @@ def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
 def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None, merge_file=None) -> dict:
     """Turn a Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill `release` checkpoint under `save`, with its
     tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
-    from textmill.tokenizers.files import folder_files, open_tokenizer
+    from textmill.tokenizers.files import open_tokenizer
     from textmill.tokenizers.hf import is_hf_tokenizer_folder
 
     folder = Path(folder)
@@ -402,10 +368,9 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
         weights.pop("lm_head.weight", None)
     try:
         ours = from_hf_state(hf["model_type"], weights, model_config)
-        model = GPT(model_config)
-        model.load_state_dict(ours)  # checks every name and shape
-    except (KeyError, RuntimeError) as exc:
-        raise TextmillError(f"{folder}: weights do not match config.json ({type(exc).__name__}: {str(exc)[:300]})") from None
+    except KeyError as exc:
+        raise TextmillError(f"{folder}: weights do not match config.json (KeyError: {str(exc)[:300]})") from None
+    model = checked_model(model_config, ours, folder)
     if vocab_file or not is_hf_tokenizer_folder(folder):  # GPT-2's two files
         vocab_file = Path(vocab_file) if vocab_file else folder / "vocab.json"
         merge_file = Path(merge_file) if merge_file else folder / "merges.txt"
@@ -415,15 +380,6 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
         tokenizer = open_tokenizer(vocab_file, merge_file)
     else:  # the model's own Hugging Face tokenizer, kept as it is
         tokenizer = open_tokenizer(tokenizer_model=folder)
-    # The tokenizer may hold fewer tokens than the embedding has rows (GPT-J and NeoX pad theirs); never more.
-    if tokenizer.vocab_size > vocab:
-        raise TextmillError(f"the tokenizer has {tokenizer.vocab_size} tokens, config.json says vocab_size {vocab}")
-    save = Path(save)
-    (save / "tokenizer").mkdir(parents=True, exist_ok=True)
-    for name, path in folder_files(tokenizer).items():
-        shutil.copyfile(path, save / "tokenizer" / name)
-    meta = {"model_config": model_config.to_dict(), "vocab_size": vocab, "tokenizer_vocab_size": tokenizer.vocab_size,
-            "seq_length": model_config.max_position_embeddings, "imported_from": str(folder)}
-    save_checkpoint(save, "release", meta, {"model": model.state_dict()})
+    save_release(save, model, tokenizer, vocab, folder)
     return {"family": hf["model_type"], "parameters": model.num_parameters(), "vocab_size": vocab,
             "padded_vocab_size": model_config.vocab_size, "output": str(save)}

@@ -141,6 +141,19 @@ def import_line(r: dict, seconds: float) -> str:
             f"{r['padded_vocab_size']} -> {r['output']}/release {seconds_tag(seconds)}")
 
 
+def export_megatron_line(r: dict, seconds: float) -> str:
+    return (f"export megatron: {r['parameters']:,} parameters, {r['tp']} x {r['pp']} shards (tensor x pipeline), "
+            f"vocabulary {r['vocab_size']} padded to {r['padded_vocab_size']}, checkpoint {r['iteration']} -> "
+            f"{r['output']} {seconds_tag(seconds)}")
+
+
+def import_megatron_line(r: dict, seconds: float) -> str:
+    layout = f"{r['tensor_parallel']} x {r['pipeline_parallel']} shards"
+    return (f"import megatron: GPT-2 model, {r['parameters']:,} parameters, checkpoint version {r['checkpoint_version']:g}, "
+            f"{layout}{'' if r['args'] else ', no args (shape from the tensors)'}, vocabulary {r['vocab_size']} padded "
+            f"to {r['padded_vocab_size']} -> {r['output']}/release {seconds_tag(seconds)}")
+
+
 def convert_line(r: dict) -> str:
     return (f"checkpoint convert: {r['parameters']:,} parameters from {r['from']} -> {r['to']} (tensor parallel "
             f"{r['tp']}, pipeline parallel {r['pp']}, {r['format']}; weights only) {seconds_tag(r['seconds'])}")

@@ -1,0 +1,95 @@
+"""Megatron-LM legacy GPT checkpoints written here from a transformers GPT-2, as Megatron-LM lays them out
+(docs/REFERENCE.md section 7): written independently of textmill's reader, from Megatron's conventions, so
+the import is checked against them and not against itself."""
+
+import argparse
+import random
+
+import numpy as np
+import torch
+
+
+def qkv_rows(c_attn: torch.Tensor, heads: int, version: float) -> torch.Tensor:
+    """transformers' c_attn ([in, (Q all heads; K; V)] or its bias) as Megatron's fused rows of `version`,
+    shaped [3 or heads, ...]: version 0 [(q, k, v), heads, head_dim], 1.0 [heads, head_dim, (q, k, v)],
+    2.0+ [heads, (q, k, v), head_dim]."""
+    rows = c_attn.t() if c_attn.ndim == 2 else c_attn  # Conv1D keeps [in, out]
+    tail = rows.shape[1:]
+    qkv_heads = rows.reshape(3, heads, -1, *tail)  # [(q, k, v), heads, head_dim, ...]
+    if version == 0:
+        return qkv_heads
+    if version == 1.0:
+        return qkv_heads.permute(1, 2, 0, *range(3, qkv_heads.ndim))
+    return qkv_heads.transpose(0, 1)
+
+
+def shard_qkv(grouped: torch.Tensor, version: float, tp: int, rank: int) -> torch.Tensor:
+    """A tensor-parallel rank's rows: its heads, in the version's order."""
+    dim = 1 if version == 0 else 0  # the heads' dimension
+    return grouped.chunk(tp, dim=dim)[rank].reshape(-1, *grouped.shape[3:]).clone()
+
+
+def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, with_args: bool = True,
+                   release: bool = False, dtype=torch.float32, vocab_multiple: int = 128):
+    """`hf_model` (a transformers GPT2LMHeadModel) as a Megatron-LM checkpoint under `root`."""
+    config, hf = hf_model.config, {k: v.detach() for k, v in hf_model.state_dict().items()}
+    heads, layers = config.n_head, config.n_layer
+    padded = -(-config.vocab_size // (vocab_multiple * tp)) * vocab_multiple * tp
+    words = torch.cat([hf["transformer.wte.weight"], torch.zeros(padded - config.vocab_size, config.n_embd)])
+    attention, body_name = ("attention", "transformer") if version < 3.0 else ("self_attention", "encoder")
+    args = argparse.Namespace(
+        num_layers=layers, hidden_size=config.n_embd, num_attention_heads=heads, ffn_hidden_size=4 * config.n_embd,
+        max_position_embeddings=config.n_positions, seq_length=config.n_positions, padded_vocab_size=padded,
+        make_vocab_size_divisible_by=vocab_multiple, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        bias_gelu_fusion=True, openai_gelu=False, layernorm_epsilon=config.layer_norm_epsilon, fp16=dtype == torch.float16,
+        params_dtype=dtype, hidden_dropout=0.1, attention_dropout=0.1, tokenizer_type="GPT2BPETokenizer")
+    folder = root / ("release" if release else "iter_0000010")
+    per_stage = layers // pp
+    for p in range(pp):
+        for t in range(tp):
+            body = {}
+            for local in range(per_stage):
+                h = f"transformer.h.{p * per_stage + local}."
+                m = f"layers.{local}."
+                body[m + "input_layernorm.weight"], body[m + "input_layernorm.bias"] = hf[h + "ln_1.weight"], hf[h + "ln_1.bias"]
+                body[m + f"{attention}.query_key_value.weight"] = shard_qkv(qkv_rows(hf[h + "attn.c_attn.weight"], heads, version), version, tp, t)
+                body[m + f"{attention}.query_key_value.bias"] = shard_qkv(qkv_rows(hf[h + "attn.c_attn.bias"], heads, version), version, tp, t)
+                body[m + f"{attention}.dense.weight"] = hf[h + "attn.c_proj.weight"].t().chunk(tp, dim=1)[t]
+                body[m + f"{attention}.dense.bias"] = hf[h + "attn.c_proj.bias"]
+                body[m + "post_attention_layernorm.weight"], body[m + "post_attention_layernorm.bias"] = hf[h + "ln_2.weight"], hf[h + "ln_2.bias"]
+                body[m + "mlp.dense_h_to_4h.weight"] = hf[h + "mlp.c_fc.weight"].t().chunk(tp, dim=0)[t]
+                body[m + "mlp.dense_h_to_4h.bias"] = hf[h + "mlp.c_fc.bias"].chunk(tp, dim=0)[t]
+                body[m + "mlp.dense_4h_to_h.weight"] = hf[h + "mlp.c_proj.weight"].t().chunk(tp, dim=1)[t]
+                body[m + "mlp.dense_4h_to_h.bias"] = hf[h + "mlp.c_proj.bias"]
+            language_model = {body_name: body}
+            model = {"language_model": language_model}
+            if p == 0:
+                language_model["embedding"] = {"word_embeddings": {"weight": words.chunk(tp)[t]},
+                                               "position_embeddings": {"weight": hf["transformer.wpe.weight"]}}
+            if p == pp - 1:
+                body["final_layernorm.weight"], body["final_layernorm.bias"] = hf["transformer.ln_f.weight"], hf["transformer.ln_f.bias"]
+                if pp > 1:  # the last stage's copy of the tied embedding, as Megatron keeps it
+                    model["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t]}
+            model = to_dtype(model, dtype)
+            state = {"model": model, "iteration": 0 if release else 10}
+            if version > 0:
+                state["checkpoint_version"] = version
+            if with_args:
+                state["args"] = args
+                state["optimizer"] = {"optimizer": {"state": {0: {"exp_avg": torch.zeros(3), "step": 10}},
+                                                    "param_groups": [{"lr": 1e-4, "params": [0]}]},
+                                      "fp32_from_fp16_params": [[torch.zeros(3)]], "loss_scaler": {"cur_scale": 4096.0}}
+                state["rng_state"] = [{"random_rng_state": random.Random(0).getstate(),
+                                       "np_rng_state": np.random.RandomState(0).get_state(),
+                                       "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {}}]
+            shard = folder / (f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else ""))
+            shard.mkdir(parents=True)
+            torch.save(state, shard / "model_optim_rng.pt")
+    (root / "latest_checkpointed_iteration.txt").write_text("release" if release else "10")
+    return root
+
+
+def to_dtype(tree, dtype):
+    if isinstance(tree, dict):
+        return {k: to_dtype(v, dtype) for k, v in tree.items()}
+    return tree.to(dtype).clone()

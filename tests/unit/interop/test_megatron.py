@@ -1,0 +1,110 @@
+"""Megatron-LM legacy GPT checkpoints into textmill, against transformers' GPT-2 they were written from
+(tests/support/megatron_files.py): every checkpoint version's query/key/value order, with and without `args`,
+tensor-parallel shards and pipeline stages; files that would run code, or hold another block, are refused."""
+
+import pytest
+import torch
+
+from support.files import TEST_DATA
+from support.megatron_files import write_megatron
+from textmill.errors import TextmillError
+from textmill.interop.megatron import import_megatron
+from textmill.trainer.checkpoint import load_model
+
+transformers = pytest.importorskip("transformers")
+VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
+
+
+def hf_gpt2():
+    """A random transformers GPT-2 (tanh GELU, Megatron's fused default), its weights made fp16-exact so an
+    fp16 checkpoint holds them unchanged; norms and biases drawn too (transformers starts them at 1 and 0)."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, n_positions=128, activation_function="gelu_new")).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            p.copy_(p.half().float())
+    return model
+
+
+CASES = {  # name: (version, tensor parallel, pipeline parallel, args, release, stored dtype)
+    "v0-release-no-args": (0, 1, 1, False, True, torch.float16),  # NVIDIA's GPT-2 345M release is shaped so
+    "v1-tp2": (1.0, 2, 1, True, False, torch.float32),
+    "v2-pp2": (2.0, 1, 2, True, False, torch.float32),
+    "v3-tp2-pp2-fp16": (3.0, 2, 2, True, False, torch.float16),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_megatron_checkpoints_import_with_transformers_logits(tmp_path, case):
+    version, tp, pp, with_args, release, dtype = CASES[case]
+    hf_model = hf_gpt2()
+    write_megatron(tmp_path / "megatron", hf_model, version, tp, pp, with_args, release, dtype)
+    r = import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES, heads=None if with_args else 4)
+    assert (r["checkpoint_version"], r["tensor_parallel"], r["pipeline_parallel"]) == (version, tp, pp)
+    ours, ckpt = load_model(tmp_path / "ckpt")
+    assert ckpt.release and ckpt.meta["vocab_size"] == 50257 and ours.config.vocab_size == r["padded_vocab_size"]
+    assert ours.config.activation == "gelu_tanh" and ours.config.num_layers == 4
+    tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf_model(tokens).logits - ours(tokens)[..., :50257]).abs().max().item() < 1e-5
+
+
+class RunsCode:
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch ran-code",)
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
+    file = tmp_path / "megatron" / "iter_0000010" / "mp_rank_00" / "model_optim_rng.pt"
+    state = torch.load(file, weights_only=False)
+    state["args"].payload = RunsCode()
+    torch.save(state, file)
+    with pytest.raises(TextmillError, match="model_optim_rng.pt: refused or unreadable as a Megatron-LM checkpoint"):
+        import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
+    assert not (tmp_path / "ran-code").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_another_block_and_a_missing_shard_are_one_line_each(tmp_path):
+    folder = write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0, tp=2)
+    file = folder / "iter_0000010" / "mp_rank_00" / "model_optim_rng.pt"
+    state = torch.load(file, weights_only=False)
+    state["args"].swiglu = True
+    torch.save(state, file)
+    with pytest.raises(TextmillError, match="cannot import yet \\(SwiGLU\\): GPT-2 blocks only"):
+        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
+    (folder / "iter_0000010" / "mp_rank_01" / "model_optim_rng.pt").unlink()
+    (folder / "iter_0000010" / "mp_rank_01").rmdir()
+    (folder / "iter_0000010" / "mp_rank_02").mkdir()
+    (folder / "iter_0000010" / "mp_rank_02" / "model_optim_rng.pt").write_bytes(file.read_bytes())
+    with pytest.raises(TextmillError, match="3 x 1 shards expected, missing mp_rank_01"):
+        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
+
+
+@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)])
+def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
+    from textmill.interop.megatron import export_megatron, read_megatron_file
+
+    write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
+    import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
+    original, _ = load_model(tmp_path / "ckpt")
+    r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp)
+    assert r["padded_vocab_size"] % (128 * tp) == 0 and (tmp_path / "out" / "latest_checkpointed_iteration.txt").read_text() == "release"
+    shard = "mp_rank_00" + ("_000" if pp > 1 else "")
+    state = read_megatron_file(tmp_path / "out" / "release" / shard / "model_optim_rng.pt")
+    assert state["checkpoint_version"] == 3.0
+    assert (state["args"].tensor_model_parallel_size, state["args"].pipeline_model_parallel_size) == (tp, pp)
+    assert state["args"].padded_vocab_size == r["padded_vocab_size"] and state["args"].num_layers == 4
+    back = import_megatron(tmp_path / "out", tmp_path / "back", VOCAB, MERGES)
+    assert (back["tensor_parallel"], back["pipeline_parallel"]) == (tp, pp)
+    returned, _ = load_model(tmp_path / "back")
+    theirs = returned.state_dict()
+    for name, tensor in original.state_dict().items():
+        rows = min(tensor.shape[0], theirs[name].shape[0])  # the vocabulary's padding may differ
+        assert torch.equal(theirs[name][:rows], tensor[:rows]), name

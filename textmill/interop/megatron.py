@@ -1,0 +1,339 @@
+"""Megatron-LM checkpoints into and out of textmill: `textmill import megatron PATH --save CKPT` and
+`textmill export megatron --load CKPT --output DIR`.
+
+Reads the legacy (`--ckpt-format torch`) GPT checkpoints Megatron-LM writes and NVIDIA released (GPT-2 345M):
+a folder with `latest_checkpointed_iteration.txt` naming `release` or an iteration, and under that folder one
+`mp_rank_TT/model_optim_rng.pt` per tensor-parallel rank (`mp_rank_TT_PPP` with pipeline stages). Each file is
+a pickle: it is read with torch's weights-only loader and an allowlist of the few classes Megatron puts in it
+(the `args` namespace, numpy's random state), so a file that would run code is refused, never run.
+
+The model's tensors live under `model.language_model`: `embedding` (word and position embeddings) and
+`transformer` (`encoder` in later versions) with `layers.N.*` and `final_layernorm`. Tensor-parallel shards are
+joined (column-parallel matrices and the vocabulary-parallel embedding by rows, row-parallel ones by columns,
+the rest copied on every rank), pipeline stages concatenated (each numbers its layers from 0), and the fused
+query/key/value rows of checkpoint versions 0 and 1.0 put in version 2.0's per-head order, which is textmill's
+(docs/REFERENCE.md section 7). GPT-2-shaped models only: other blocks are refused in one line.
+
+Export writes the same layout in checkpoint version 3.0 (`encoder`, `self_attention`), split for the tensor-
+and pipeline-parallel layout asked for, with the `args` Megatron-LM checks when it loads (the model's shape,
+the layout, the padded vocabulary) and no optimizer or random state: Megatron-LM loads it with
+`--finetune`, or `--no-load-optim --no-load-rng`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import torch
+
+from textmill.errors import TextmillError
+from textmill.interop.families import FAMILIES
+from textmill.trainer.checkpoint import TRACKER
+from textmill.trainer.gpt_config import GPTConfig
+
+STATE = "model_optim_rng.pt"
+SHARD = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
+
+# NVIDIA's GPT-2 345M release has no `args`: its shape, as transformers' converter assumes it.
+RELEASE_345M_HEADS = 16
+
+
+def allowed_globals() -> list:
+    """What a Megatron-LM model_optim_rng.pt may hold beyond tensors and plain values: the argparse namespace
+    of its arguments, and numpy's random state (an array) among the saved random states. Files written under
+    numpy 1 name the array constructor numpy.core..., under numpy 2 numpy._core...."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _reconstruct
+    # The state's key array is uint32; under numpy 2 its dtype is rebuilt from a class of its own.
+    return [argparse.Namespace, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+            (_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]
+
+
+def read_megatron_file(file: Path) -> dict:
+    """One model_optim_rng.pt, loaded without running code from it; anything else is one error line."""
+    try:
+        with torch.serialization.safe_globals(allowed_globals()):
+            state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a refused global, a truncated or foreign file: all one answer
+        reason = str(exc).strip().splitlines()
+        refused = next((line for line in reason if any(w in line for w in ("GLOBAL", "Unsupported", "but got"))),
+                       reason[0] if reason else "")
+        raise TextmillError(f"{file}: refused or unreadable as a Megatron-LM checkpoint ({type(exc).__name__}: "
+                            f"{refused.strip()[:200]})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise TextmillError(f"{file}: not a Megatron-LM checkpoint (no 'model' dictionary in it)")
+    return state
+
+
+def checkpoint_folder(path: Path) -> tuple[Path, str]:
+    """The folder of the checkpoint `path` points at (a save directory with a tracker file, or an iter_N or
+    release folder itself), and what the tracker said ("release" or the iteration)."""
+    path = Path(path)
+    tracker = path / TRACKER
+    if tracker.exists():
+        said = tracker.read_text().strip()
+        if said == "release":
+            return path / "release", said
+        if not said.isdigit() or int(said) <= 0:
+            raise TextmillError(f"{tracker}: says {said[:40]!r}, neither 'release' nor an iteration")
+        return path / f"iter_{int(said):07d}", said
+    if any(SHARD.match(p.name) for p in path.glob("mp_rank_*")):
+        return path, path.name
+    raise TextmillError(f"{path}: no {TRACKER} and no mp_rank_* folders: not a Megatron-LM checkpoint")
+
+
+def shard_files(folder: Path) -> dict[tuple[int, int], Path]:
+    """(tensor-parallel rank, pipeline stage) -> its model_optim_rng.pt, checked to be a whole grid."""
+    shards = {}
+    for sub in folder.glob("mp_rank_*"):
+        m = SHARD.match(sub.name)
+        if m and (sub / STATE).exists():
+            shards[int(m.group(1)), int(m.group(2) or 0)] = sub / STATE
+    if not shards:
+        raise TextmillError(f"{folder}: no mp_rank_*/{STATE} in it (a torch_dist checkpoint is not read: convert it "
+                            "to --ckpt-format torch with Megatron-LM's tools/checkpoint first)")
+    tp, pp = max(t for t, _ in shards) + 1, max(p for _, p in shards) + 1
+    missing = [f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else "") for t in range(tp) for p in range(pp) if (t, p) not in shards]
+    if missing:
+        raise TextmillError(f"{folder}: {tp} x {pp} shards expected, missing {', '.join(missing[:4])}")
+    return shards
+
+
+def language_model(state: dict, file: Path) -> tuple[dict, dict]:
+    """The embedding dictionary (empty on pipeline stages without it) and the transformer's flat tensors."""
+    if "language_model" not in state["model"]:
+        if any(k.startswith("model") and k[5:].isdigit() for k in state):
+            raise TextmillError(f"{file}: an interleaved (virtual) pipeline checkpoint; convert it without virtual "
+                                "stages first (Megatron-LM's tools/checkpoint)")
+        raise TextmillError(f"{file}: no model.language_model: not a legacy Megatron-LM GPT checkpoint (Megatron-core "
+                            "names are not read yet)")
+    lm = state["model"]["language_model"]
+    body = lm.get("transformer", lm.get("encoder"))
+    if not isinstance(body, dict):
+        raise TextmillError(f"{file}: model.language_model has no transformer or encoder")
+    return lm.get("embedding", {}), body
+
+
+def qkv_in_version_2(rows: torch.Tensor, version: float, heads: int) -> torch.Tensor:
+    """One shard's fused query/key/value rows in [heads, (q, k, v), head_dim] order (version 2.0 and later,
+    textmill's): version 0 wrote [(q, k, v), heads, head_dim], version 1.0 [heads, head_dim, (q, k, v)]."""
+    if version >= 2.0:
+        return rows
+    tail = rows.shape[1:]
+    if version == 0:
+        return rows.reshape(3, heads, -1, *tail).transpose(0, 1).reshape(rows.shape).contiguous()
+    return rows.reshape(heads, -1, 3, *tail).transpose(1, 2).reshape(rows.shape).contiguous()
+
+
+COLUMN_PARALLEL = ("query_key_value.weight", "query_key_value.bias", "dense_h_to_4h.weight", "dense_h_to_4h.bias")
+ROW_PARALLEL = ("attention.dense.weight", "dense_4h_to_h.weight")
+
+
+def join_tensor_parallel(name: str, parts: list[torch.Tensor]) -> torch.Tensor:
+    """A tensor whole again from its tensor-parallel shards (Megatron's splits: docs/REFERENCE.md section 7.2)."""
+    if name.endswith(COLUMN_PARALLEL):
+        return torch.cat(parts, dim=0)
+    if name.endswith(ROW_PARALLEL):
+        return torch.cat(parts, dim=1)
+    return parts[0]  # norms, row-parallel biases: the same on every rank
+
+
+GPT2 = FAMILIES["gpt2"]
+FROM_MEGATRON = {theirs: ours for ours, theirs in GPT2.megatron_block.items()}
+
+
+def textmill_name(megatron: str) -> str:
+    """`layers.3.self_attention.dense.weight` -> `blocks.3.attn.proj.weight`; `final_layernorm.bias` -> `norm_f.bias`.
+    Attention is `attention` before checkpoint version 3.0, `self_attention` after."""
+    if megatron.startswith(GPT2.megatron_final_norm + "."):
+        return "norm_f." + megatron.removeprefix(GPT2.megatron_final_norm + ".")
+    m = re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", megatron)
+    module = m and ("self_" + m.group(2) if m.group(2).startswith("attention.") else m.group(2))
+    if module not in FROM_MEGATRON:
+        raise TextmillError(f"a tensor textmill's GPT-2 blocks do not have: {megatron}")
+    return f"blocks.{m.group(1)}.{FROM_MEGATRON[module]}.{m.group(3)}"
+
+
+def megatron_args(args, file: Path) -> dict:
+    """The model's shape from Megatron's arguments; a block textmill's GPT-2 does not have is refused."""
+    def get(name: str, default=None):  # older versions lack the newer flags
+        return getattr(args, name, default)
+
+    unlike = [what for what, differs in (
+        (f"position embeddings {get('position_embedding_type')!r}", get("position_embedding_type", "learned_absolute") != "learned_absolute"),
+        (f"normalization {get('normalization')!r}", get("normalization", "LayerNorm") != "LayerNorm"),
+        ("SwiGLU", get("swiglu", False)), ("grouped-query attention", get("group_query_attention", False)),
+        ("untied output layer", get("untie_embeddings_and_output_weights", False)),
+        ("no linear biases", not get("add_bias_linear", True)), ("mixture of experts", bool(get("num_experts"))),
+        ("residual after the layer norm", get("apply_residual_connection_post_layernorm", False)))
+        if differs]
+    if unlike:
+        raise TextmillError(f"{file}: a Megatron-LM model textmill cannot import yet ({'; '.join(unlike)}): GPT-2 "
+                            "blocks only (learned positions, LayerNorm, GELU, biases, tied embeddings)")
+    return {"num_layers": args.num_layers, "hidden_size": args.hidden_size, "num_attention_heads": args.num_attention_heads,
+            "max_position_embeddings": args.max_position_embeddings, "ffn_hidden_size": get("ffn_hidden_size"),
+            # Megatron's fused bias-GELU (its default) and --openai-gelu are the tanh approximation.
+            "activation": "gelu_tanh" if get("bias_gelu_fusion", True) or get("openai_gelu", False) else "gelu",
+            "norm_epsilon": get("layernorm_epsilon", 1e-5), "hidden_dropout": get("hidden_dropout", 0.1),
+            "attention_dropout": get("attention_dropout", 0.1), "init_std": get("init_method_std", 0.02)}
+
+
+def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict, dict]:
+    """The model config, textmill's state dict and what was read (folder, version, layout, iteration) of the
+    Megatron-LM checkpoint at `path`. `heads` stands in for `args` where the checkpoint has none (NVIDIA's
+    345M release: 16 heads)."""
+    folder, said = checkpoint_folder(path)
+    shards = shard_files(folder)
+    tp, pp = max(t for t, _ in shards) + 1, max(p for _, p in shards) + 1
+    states = {key: read_megatron_file(file) for key, file in sorted(shards.items())}
+    first = states[0, 0]
+    version = float(first.get("checkpoint_version", 0))
+    args = first.get("args")
+    embedding = language_model(first, shards[0, 0])[0]
+    try:
+        word_parts = [language_model(states[t, 0], shards[t, 0])[0]["word_embeddings"]["weight"] for t in range(tp)]
+        positions = embedding["position_embeddings"]["weight"]
+    except (KeyError, TypeError):
+        raise TextmillError(f"{shards[0, 0]}: no embedding.word_embeddings and position_embeddings on the first stage") from None
+    words = torch.cat(word_parts)  # the vocabulary-parallel embedding: rows split over the ranks, padding and all
+    shape = megatron_args(args, shards[0, 0]) if isinstance(args, argparse.Namespace) else None
+    head_count = shape["num_attention_heads"] if shape else heads or RELEASE_345M_HEADS
+    ours = {"wte.weight": words.float(), "wpe.weight": positions.float()}
+    offset = 0
+    for stage in range(pp):
+        bodies = [language_model(states[t, stage], shards[t, stage])[1] for t in range(tp)]
+        names = [n for n, v in bodies[0].items() if isinstance(v, torch.Tensor)]
+        layers = {int(m.group(1)) for n in names if (m := re.match(r"^layers\.(\d+)\.", n))}
+        for name in names:
+            parts = [body[name] for body in bodies]
+            if name.endswith(("query_key_value.weight", "query_key_value.bias")):
+                parts = [qkv_in_version_2(p, version, head_count // tp) for p in parts]
+            local = textmill_name(name)
+            if local.startswith("blocks."):  # a stage numbers its layers from 0
+                index, rest = local.removeprefix("blocks.").split(".", 1)
+                local = f"blocks.{int(index) + offset}.{rest}"
+            ours[local] = join_tensor_parallel(name, parts).float()
+        offset += len(layers)
+    if shape is None:  # the 345M release: the shape from the tensors, the heads from the caller
+        shape = {"num_layers": offset, "hidden_size": words.shape[1], "num_attention_heads": head_count,
+                 "max_position_embeddings": positions.shape[0], "ffn_hidden_size": ours["blocks.0.mlp.fc1.weight"].shape[0],
+                 "activation": "gelu_tanh"}
+    config = GPTConfig(vocab_size=words.shape[0], **{k: v for k, v in shape.items() if v is not None})
+    read = {"folder": str(folder), "tracker": said, "checkpoint_version": version, "tensor_parallel": tp,
+            "pipeline_parallel": pp, "iteration": first.get("iteration"), "args": isinstance(args, argparse.Namespace)}
+    return config, ours, read
+
+
+def import_megatron(path: Path, save: Path, vocab_file: Path | None, merge_file: Path | None,
+                    heads: int | None = None) -> dict:
+    """The Megatron-LM checkpoint at `path` as a textmill release checkpoint in `save`, with the GPT-2 BPE
+    files it was trained with (a Megatron checkpoint carries no tokenizer)."""
+    from textmill.interop.release import checked_model, save_release
+    from textmill.tokenizers.files import open_tokenizer
+
+    if vocab_file is None or merge_file is None:
+        raise TextmillError("a Megatron-LM checkpoint carries no tokenizer: give --vocab-file and --merge-file (GPT-2's "
+                            "vocab.json and merges.txt for NVIDIA's GPT-2 345M)")
+    model_config, state, read = read_megatron(path, heads)
+    model = checked_model(model_config, state, Path(read["folder"]))
+    tokenizer = open_tokenizer(Path(vocab_file), Path(merge_file))
+    save_release(save, model, tokenizer, tokenizer.vocab_size, Path(read["folder"]), megatron=read)
+    return {"family": "megatron gpt2", "parameters": model.num_parameters(), "vocab_size": tokenizer.vocab_size,
+            "padded_vocab_size": model_config.vocab_size, "output": str(save), **read}
+
+
+# ----------------------------------------------------------------------------------------------- export
+def split_tensor_parallel(name: str, whole: torch.Tensor, tp: int) -> list[torch.Tensor]:
+    """Inverse of join_tensor_parallel: each rank's part of a whole tensor."""
+    if name.endswith(COLUMN_PARALLEL):
+        return [t.clone() for t in whole.chunk(tp, dim=0)]
+    if name.endswith(ROW_PARALLEL):
+        return [t.clone() for t in whole.chunk(tp, dim=1)]
+    return [whole.clone() for _ in range(tp)]
+
+
+def megatron_args_of(config: GPTConfig, vocab: int, padded: int, tp: int, pp: int, seq_length: int) -> argparse.Namespace:
+    """The arguments Megatron-LM reads back from a checkpoint (--use-checkpoint-args) and compares with its own
+    when it loads one (layers, widths, heads, positions, vocabulary padding, tokenizer, layout)."""
+    return argparse.Namespace(
+        num_layers=config.num_layers, hidden_size=config.hidden_size, ffn_hidden_size=config.ffn_hidden_size,
+        num_attention_heads=config.num_attention_heads, kv_channels=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings, seq_length=seq_length, add_position_embedding=True,
+        position_embedding_type="learned_absolute", normalization="LayerNorm", layernorm_epsilon=config.norm_epsilon,
+        add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False, group_query_attention=False,
+        bias_gelu_fusion=config.activation == "gelu_tanh", openai_gelu=False, hidden_dropout=config.hidden_dropout,
+        attention_dropout=config.attention_dropout, init_method_std=config.init_std,
+        padded_vocab_size=padded, make_vocab_size_divisible_by=128,
+        tokenizer_type="GPT2BPETokenizer", vocab_size=vocab, tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp, model_parallel_size=tp, params_dtype=torch.float32, fp16=False, bf16=False)
+
+
+def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1) -> dict:
+    """The newest checkpoint under `load` as a Megatron-LM legacy GPT checkpoint in `output`, split into tp x pp
+    shards."""
+    import shutil
+
+    from textmill.interop.hf import hf_family
+    from textmill.trainer.checkpoint import load_model
+
+    model, ckpt = load_model(load)
+    config = model.config
+    if hf_family(config) != "gpt2" or not config.tie_embeddings or config.activation not in ("gelu", "gelu_tanh"):
+        raise TextmillError("export megatron writes GPT-2 blocks (learned positions, LayerNorm, GELU, biases, tied "
+                            "embeddings); this model has others")
+    if config.num_attention_heads % tp or config.ffn_hidden_size % tp or config.num_layers % pp:
+        raise TextmillError(f"--target-tensor-parallel-size {tp} must divide the {config.num_attention_heads} heads and "
+                            f"the {config.ffn_hidden_size} MLP width, --target-pipeline-parallel-size {pp} the "
+                            f"{config.num_layers} layers")
+    ours = {k: v.float() for k, v in model.state_dict().items()}
+    vocab = int(ckpt.meta.get("vocab_size", config.vocab_size))
+    # The rows Megatron-LM computes for this vocabulary and layout (128 x TP), which it checks against the args;
+    # the rows past the real vocabulary are padding, cut or added (as zeros) to fit.
+    multiple = 128 * tp
+    padded = -(-vocab // multiple) * multiple
+    kept = ours["wte.weight"][:padded]
+    words = torch.cat([kept, kept.new_zeros(padded - kept.shape[0], config.hidden_size)])
+    iteration = "release" if ckpt.release else int(ckpt.meta["iteration"])
+    folder_name = "release" if iteration == "release" else f"iter_{iteration:07d}"
+    output = Path(output)
+    tmp = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    args = megatron_args_of(config, vocab, padded, tp, pp, int(ckpt.meta.get("seq_length", config.max_position_embeddings)))
+    per_stage = config.num_layers // pp
+    for stage in range(pp):
+        bodies = [{} for _ in range(tp)]
+        for local in range(per_stage):
+            for ours_name, theirs in GPT2.megatron_block.items():
+                for kind in ("weight", "bias"):
+                    name = f"layers.{local}.{theirs}.{kind}"
+                    whole = ours[f"blocks.{stage * per_stage + local}.{ours_name}.{kind}"]
+                    for body, part in zip(bodies, split_tensor_parallel(name, whole, tp)):
+                        body[name] = part
+        if stage == pp - 1:
+            for body in bodies:
+                for kind in ("weight", "bias"):
+                    body[f"{GPT2.megatron_final_norm}.{kind}"] = ours[f"norm_f.{kind}"]
+        for t, body in enumerate(bodies):
+            language_model = {"encoder": body}
+            model_state = {"language_model": language_model}
+            if stage == 0:
+                language_model["embedding"] = {"word_embeddings": {"weight": words.chunk(tp)[t].clone()},
+                                               "position_embeddings": {"weight": ours["wpe.weight"]}}
+            if stage == pp - 1 and pp > 1:  # the last stage's copy of the tied embedding
+                model_state["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t].clone()}
+            shard = tmp / folder_name / (f"mp_rank_{t:02d}" + (f"_{stage:03d}" if pp > 1 else ""))
+            shard.mkdir(parents=True)
+            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 0 if iteration == "release" else iteration,
+                        "model": model_state}, shard / STATE)
+    (tmp / TRACKER).write_text(f"{iteration}")
+    if output.exists():
+        shutil.rmtree(output)
+    tmp.rename(output)
+    return {"parameters": model.num_parameters(), "tp": tp, "pp": pp, "padded_vocab_size": padded, "vocab_size": vocab,
+            "iteration": iteration, "output": str(output)}
