@@ -30,8 +30,10 @@ def shard_qkv(grouped: torch.Tensor, version: float, tp: int, rank: int) -> torc
 
 
 def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, with_args: bool = True,
-                   release: bool = False, dtype=torch.float32, vocab_multiple: int = 128):
-    """`hf_model` (a transformers GPT2LMHeadModel) as a Megatron-LM checkpoint under `root`."""
+                   release: bool = False, dtype=torch.float32, vocab_multiple: int = 128, names: str = "legacy"):
+    """`hf_model` (a transformers GPT2LMHeadModel) as a Megatron-LM checkpoint under `root`, with the legacy
+    model's names, or (`names` "core", "core-te", version 3.0) Megatron-core's GPTModel's, local or with
+    Transformer Engine's layers (norms fused into the next linear layer, `_extra_state` entries)."""
     config, hf = hf_model.config, {k: v.detach() for k, v in hf_model.state_dict().items()}
     heads, layers = config.n_head, config.n_layer
     padded = -(-config.vocab_size // (vocab_multiple * tp)) * vocab_multiple * tp
@@ -71,6 +73,8 @@ def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, wit
                 if pp > 1:  # the last stage's copy of the tied embedding, as Megatron keeps it
                     model["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t]}
             model = to_dtype(model, dtype)
+            if names != "legacy":
+                model = core_names(model, te=names == "core-te")
             state = {"model": model, "iteration": 0 if release else 10}
             if version > 0:
                 state["checkpoint_version"] = version
@@ -87,6 +91,39 @@ def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, wit
             torch.save(state, shard / "model_optim_rng.pt")
     (root / "latest_checkpointed_iteration.txt").write_text("release" if release else "10")
     return root
+
+
+CORE = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
+        "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
+        "mlp.dense_h_to_4h": "mlp.linear_fc1", "mlp.dense_4h_to_h": "mlp.linear_fc2"}
+TE_FUSED_NORMS = {"input_layernorm": "self_attention.linear_qkv.layer_norm", "pre_mlp_layernorm": "mlp.linear_fc1.layer_norm"}
+
+
+def core_names(model: dict, te: bool) -> dict:
+    """A legacy model dict (version 3.0 names) under Megatron-core GPTModel's flat names."""
+    import io
+
+    flat = {}
+    lm = model["language_model"]
+    if "embedding" in lm:
+        flat["embedding.word_embeddings.weight"] = lm["embedding"]["word_embeddings"]["weight"]
+        flat["embedding.position_embeddings.weight"] = lm["embedding"]["position_embeddings"]["weight"]
+    for name, tensor in lm["encoder"].items():
+        if name.startswith("final_layernorm."):
+            flat["decoder." + name] = tensor
+            continue
+        _, index, rest = name.split(".", 2)
+        module, kind = rest.rsplit(".", 1)
+        module = CORE[module]
+        if te and module in TE_FUSED_NORMS:
+            flat[f"decoder.layers.{index}.{TE_FUSED_NORMS[module]}_{kind}"] = tensor
+        else:
+            flat[f"decoder.layers.{index}.{module}.{kind}"] = tensor
+            if te and kind == "weight":
+                flat[f"decoder.layers.{index}.{module}._extra_state"] = io.BytesIO(b"fp8 metadata")
+    if "word_embeddings_for_head" in model:  # the last stage's tied copy is the output layer's weight in core
+        flat["output_layer.weight"] = model["word_embeddings_for_head"]["weight"]
+    return flat
 
 
 def to_dtype(tree, dtype):

@@ -160,8 +160,9 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_import_hf)
     p = formats.add_parser("megatron", help="A Megatron-LM GPT-2 checkpoint (NVIDIA's 345M release, or --ckpt-format "
                            "torch files of any tensor/pipeline layout) into a textmill checkpoint.", formatter_class=fmt,
-                           description="Turn a legacy Megatron-LM GPT checkpoint (mp_rank_*/model_optim_rng.pt, any "
-                           "checkpoint version, tensor-parallel shards joined, pipeline stages concatenated) into a "
+                           description="Turn a Megatron-LM --ckpt-format torch GPT checkpoint (mp_rank_*/model_optim_rng.pt "
+                           "of its legacy model or of Megatron-core's GPTModel, any checkpoint version, tensor-parallel "
+                           "shards joined, pipeline stages concatenated) into a "
                            "textmill 'release' checkpoint. The files are read without running code from them (an "
                            "allowlist of what Megatron writes). GPT-2 blocks only; other blocks are refused.")
     p.add_argument("path", type=Path, help="the save directory (with latest_checkpointed_iteration.txt), or one "

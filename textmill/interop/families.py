@@ -27,6 +27,10 @@ class FamilyNames:
     # weight and bias alike; `self_attention` is `attention` before checkpoint version 3.0), and the final norm.
     megatron_block: dict[str, str] | None = None
     megatron_final_norm: str | None = None
+    # Megatron-core's GPTModel (under `decoder.`, the same final norm): block modules, and the norms Transformer
+    # Engine's layers hold fused into the next linear layer (`linear_qkv.layer_norm_weight`).
+    megatron_core_block: dict[str, str] | None = None
+    megatron_core_fused_norms: dict[str, str] | None = None
 
 
 def with_bias(pairs: tuple[tuple[str, str], ...], transposed: bool = False) -> tuple[tuple[str, str, bool], ...]:
@@ -46,7 +50,11 @@ FAMILIES = {
         megatron_block={"norm1": "input_layernorm", "attn.qkv": "self_attention.query_key_value",
                         "attn.proj": "self_attention.dense", "norm2": "post_attention_layernorm",
                         "mlp.fc1": "mlp.dense_h_to_4h", "mlp.fc2": "mlp.dense_4h_to_h"},
-        megatron_final_norm="final_layernorm"),
+        megatron_final_norm="final_layernorm",
+        megatron_core_block={"norm1": "input_layernorm", "attn.qkv": "self_attention.linear_qkv",
+                             "attn.proj": "self_attention.linear_proj", "norm2": "pre_mlp_layernorm",
+                             "mlp.fc1": "mlp.linear_fc1", "mlp.fc2": "mlp.linear_fc2"},
+        megatron_core_fused_norms={"norm1": "self_attention.linear_qkv.layer_norm", "norm2": "mlp.linear_fc1.layer_norm"}),
     "llama": FamilyNames(
         hf_layer="model.layers.{}.", hf_embedding="model.embed_tokens.weight", hf_qkv="self_attn.{}_proj.weight",
         hf_globals=(("norm_f.weight", "model.norm.weight"),),

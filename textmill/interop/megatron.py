@@ -7,8 +7,10 @@ a folder with `latest_checkpointed_iteration.txt` naming `release` or an iterati
 a pickle: it is read with torch's weights-only loader and an allowlist of the few classes Megatron puts in it
 (the `args` namespace, numpy's random state), so a file that would run code is refused, never run.
 
-The model's tensors live under `model.language_model`: `embedding` (word and position embeddings) and
-`transformer` (`encoder` in later versions) with `layers.N.*` and `final_layernorm`. Tensor-parallel shards are
+The legacy model's tensors live under `model.language_model`: `embedding` (word and position embeddings) and
+`transformer` (`encoder` in later versions) with `layers.N.*` and `final_layernorm`; Megatron-core's GPTModel
+names them flat (`embedding.word_embeddings.weight`, `decoder.layers.N.self_attention.linear_qkv.weight`, with
+Transformer Engine the norms inside the next linear layer). Tensor-parallel shards are
 joined (column-parallel matrices and the vocabulary-parallel embedding by rows, row-parallel ones by columns,
 the rest copied on every rank), pipeline stages concatenated (each numbers its layers from 0), and the fused
 query/key/value rows of checkpoint versions 0 and 1.0 put in version 2.0's per-head order, which is textmill's
@@ -42,8 +44,11 @@ RELEASE_345M_HEADS = 16
 
 def allowed_globals() -> list:
     """What a Megatron-LM model_optim_rng.pt may hold beyond tensors and plain values: the argparse namespace
-    of its arguments, and numpy's random state (an array) among the saved random states. Files written under
-    numpy 1 name the array constructor numpy.core..., under numpy 2 numpy._core...."""
+    of its arguments, numpy's random state (an array) among the saved random states, and the byte buffers
+    of Transformer Engine's `_extra_state` (never unpickled further: skipped). Files written under numpy 1
+    name the array constructor numpy.core..., under numpy 2 numpy._core...."""
+    import io
+
     import numpy as np
 
     try:
@@ -51,7 +56,7 @@ def allowed_globals() -> list:
     except ImportError:  # numpy 1
         from numpy.core.multiarray import _reconstruct
     # The state's key array is uint32; under numpy 2 its dtype is rebuilt from a class of its own.
-    return [argparse.Namespace, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+    return [argparse.Namespace, io.BytesIO, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
             (_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]
 
 
@@ -105,19 +110,51 @@ def shard_files(folder: Path) -> dict[tuple[int, int], Path]:
     return shards
 
 
-def language_model(state: dict, file: Path) -> tuple[dict, dict]:
-    """The embedding dictionary (empty on pipeline stages without it) and the transformer's flat tensors."""
-    if "language_model" not in state["model"]:
-        if any(k.startswith("model") and k[5:].isdigit() for k in state):
-            raise TextmillError(f"{file}: an interleaved (virtual) pipeline checkpoint; convert it without virtual "
-                                "stages first (Megatron-LM's tools/checkpoint)")
-        raise TextmillError(f"{file}: no model.language_model: not a legacy Megatron-LM GPT checkpoint (Megatron-core "
-                            "names are not read yet)")
-    lm = state["model"]["language_model"]
-    body = lm.get("transformer", lm.get("encoder"))
-    if not isinstance(body, dict):
-        raise TextmillError(f"{file}: model.language_model has no transformer or encoder")
-    return lm.get("embedding", {}), body
+def model_tensors(state: dict, file: Path) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
+    """A shard's word and position embeddings (None on stages without them) and its blocks' tensors, named as
+    the legacy model names them under its transformer (`layers.N.self_attention.dense.weight`,
+    `final_layernorm.bias`), whichever of Megatron-LM's two GPT models wrote the file."""
+    model = state["model"]
+    if "language_model" in model:  # the legacy model: nested dictionaries
+        lm = model["language_model"]
+        body = lm.get("transformer", lm.get("encoder"))
+        if not isinstance(body, dict):
+            raise TextmillError(f"{file}: model.language_model has no transformer or encoder")
+        embedding = lm.get("embedding", {})
+        word, position = (embedding.get(key, {}).get("weight") for key in ("word_embeddings", "position_embeddings"))
+        return word, position, {n: t for n, t in body.items() if isinstance(t, torch.Tensor)}
+    if any(k.startswith("decoder.") for k in model):  # Megatron-core's GPTModel: flat names
+        body = {}
+        for name, tensor in model.items():
+            if name.startswith("decoder.") and not name.endswith("._extra_state"):
+                body[legacy_name(name.removeprefix("decoder."), file)] = tensor
+        return model.get("embedding.word_embeddings.weight"), model.get("embedding.position_embeddings.weight"), body
+    if any(k.startswith("model") and k[5:].isdigit() for k in state):
+        raise TextmillError(f"{file}: an interleaved (virtual) pipeline checkpoint; convert it without virtual stages "
+                            "first (Megatron-LM's tools/checkpoint)")
+    raise TextmillError(f"{file}: neither Megatron-LM's legacy GPT (model.language_model) nor Megatron-core's GPTModel "
+                        "(decoder.layers...) is in it")
+
+
+GPT2 = FAMILIES["gpt2"]
+FROM_MEGATRON = {theirs: ours for ours, theirs in GPT2.megatron_block.items()}
+CORE_TO_LEGACY = {core: GPT2.megatron_block[ours] for ours, core in GPT2.megatron_core_block.items()}
+FUSED_NORMS = {core: GPT2.megatron_block[ours] for ours, core in GPT2.megatron_core_fused_norms.items()}
+
+
+def legacy_name(core: str, file: Path) -> str:
+    """Megatron-core's `layers.N.self_attention.linear_qkv.weight` as the legacy model's
+    `layers.N.self_attention.query_key_value.weight`; Transformer Engine's norms fused into the next linear
+    layer (`linear_qkv.layer_norm_weight`) as the norms they are."""
+    if core.startswith(GPT2.megatron_final_norm + "."):
+        return core
+    m = re.match(r"^(layers\.\d+)\.(.+)\.([a-z_]+)$", core)
+    module, kind = (m.group(2), m.group(3)) if m else ("", "")
+    if kind.startswith("layer_norm_") and f"{module}.layer_norm" in FUSED_NORMS:
+        return f"{m.group(1)}.{FUSED_NORMS[module + '.layer_norm']}.{kind.removeprefix('layer_norm_')}"
+    if module not in CORE_TO_LEGACY:
+        raise TextmillError(f"{file}: a tensor textmill's GPT-2 blocks do not have: decoder.{core}")
+    return f"{m.group(1)}.{CORE_TO_LEGACY[module]}.{kind}"
 
 
 def qkv_in_version_2(rows: torch.Tensor, version: float, heads: int) -> torch.Tensor:
@@ -142,10 +179,6 @@ def join_tensor_parallel(name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     if name.endswith(ROW_PARALLEL):
         return torch.cat(parts, dim=1)
     return parts[0]  # norms, row-parallel biases: the same on every rank
-
-
-GPT2 = FAMILIES["gpt2"]
-FROM_MEGATRON = {theirs: ours for ours, theirs in GPT2.megatron_block.items()}
 
 
 def textmill_name(megatron: str) -> str:
@@ -195,20 +228,18 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
     first = states[0, 0]
     version = float(first.get("checkpoint_version", 0))
     args = first.get("args")
-    embedding = language_model(first, shards[0, 0])[0]
-    try:
-        word_parts = [language_model(states[t, 0], shards[t, 0])[0]["word_embeddings"]["weight"] for t in range(tp)]
-        positions = embedding["position_embeddings"]["weight"]
-    except (KeyError, TypeError):
-        raise TextmillError(f"{shards[0, 0]}: no embedding.word_embeddings and position_embeddings on the first stage") from None
+    tensors = {key: model_tensors(state, shards[key]) for key, state in states.items()}
+    word_parts, positions = [tensors[t, 0][0] for t in range(tp)], tensors[0, 0][1]
+    if any(w is None for w in word_parts) or positions is None:
+        raise TextmillError(f"{shards[0, 0]}: no word and position embeddings on the first stage")
     words = torch.cat(word_parts)  # the vocabulary-parallel embedding: rows split over the ranks, padding and all
     shape = megatron_args(args, shards[0, 0]) if isinstance(args, argparse.Namespace) else None
     head_count = shape["num_attention_heads"] if shape else heads or RELEASE_345M_HEADS
     ours = {"wte.weight": words.float(), "wpe.weight": positions.float()}
     offset = 0
     for stage in range(pp):
-        bodies = [language_model(states[t, stage], shards[t, stage])[1] for t in range(tp)]
-        names = [n for n, v in bodies[0].items() if isinstance(v, torch.Tensor)]
+        bodies = [tensors[t, stage][2] for t in range(tp)]
+        names = list(bodies[0])
         layers = {int(m.group(1)) for n in names if (m := re.match(r"^layers\.(\d+)\.", n))}
         for name in names:
             parts = [body[name] for body in bodies]

@@ -15,9 +15,10 @@ transformers = pytest.importorskip("transformers")
 VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
 
 
-def hf_gpt2():
-    """A random transformers GPT-2 (tanh GELU, Megatron's fused default), its weights made fp16-exact so an
-    fp16 checkpoint holds them unchanged; norms and biases drawn too (transformers starts them at 1 and 0)."""
+def hf_gpt2(bf16_exact: bool = False):
+    """A random transformers GPT-2 (tanh GELU, Megatron's fused default), its weights made fp16-exact (or
+    bf16-exact) so a 16-bit checkpoint holds them unchanged; norms and biases drawn too (transformers starts
+    them at 1 and 0)."""
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=4, n_embd=64, n_head=4, n_positions=128, activation_function="gelu_new")).eval()
@@ -25,23 +26,25 @@ def hf_gpt2():
         for p in model.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
-            p.copy_(p.half().float())
+            p.copy_(p.bfloat16().float() if bf16_exact else p.half().float())
     return model
 
 
-CASES = {  # name: (version, tensor parallel, pipeline parallel, args, release, stored dtype)
-    "v0-release-no-args": (0, 1, 1, False, True, torch.float16),  # NVIDIA's GPT-2 345M release is shaped so
-    "v1-tp2": (1.0, 2, 1, True, False, torch.float32),
-    "v2-pp2": (2.0, 1, 2, True, False, torch.float32),
-    "v3-tp2-pp2-fp16": (3.0, 2, 2, True, False, torch.float16),
+CASES = {  # name: (version, tensor parallel, pipeline parallel, args, release, stored dtype, names)
+    "v0-release-no-args": (0, 1, 1, False, True, torch.float16, "legacy"),  # NVIDIA's GPT-2 345M release is so
+    "v1-tp2": (1.0, 2, 1, True, False, torch.float32, "legacy"),
+    "v2-pp2": (2.0, 1, 2, True, False, torch.float32, "legacy"),
+    "v3-tp2-pp2-fp16": (3.0, 2, 2, True, False, torch.float16, "legacy"),
+    "core-tp2-pp2": (3.0, 2, 2, True, False, torch.float32, "core"),
+    "core-transformer-engine-tp2": (3.0, 2, 1, True, False, torch.bfloat16, "core-te"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_megatron_checkpoints_import_with_transformers_logits(tmp_path, case):
-    version, tp, pp, with_args, release, dtype = CASES[case]
-    hf_model = hf_gpt2()
-    write_megatron(tmp_path / "megatron", hf_model, version, tp, pp, with_args, release, dtype)
+    version, tp, pp, with_args, release, dtype, names = CASES[case]
+    hf_model = hf_gpt2(bf16_exact=dtype == torch.bfloat16)
+    write_megatron(tmp_path / "megatron", hf_model, version, tp, pp, with_args, release, dtype, names=names)
     r = import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES, heads=None if with_args else 4)
     assert (r["checkpoint_version"], r["tensor_parallel"], r["pipeline_parallel"]) == (version, tp, pp)
     ours, ckpt = load_model(tmp_path / "ckpt")
