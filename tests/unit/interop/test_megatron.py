@@ -111,3 +111,50 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     for name, tensor in original.state_dict().items():
         rows = min(tensor.shape[0], theirs[name].shape[0])  # the vocabulary's padding may differ
         assert torch.equal(theirs[name][:rows], tensor[:rows]), name
+
+
+def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp_path):
+    """Megatron-core's own GPTModel (built here on the CPU, local layers: its forward pass needs CUDA, so the
+    check is on the tensors), saved as Megatron-LM saves --ckpt-format torch checkpoints: every tensor lands
+    where textmill's model reads it, the fused query/key/value rows in the same order."""
+    import argparse
+
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel_state.initialize_model_parallel(1, 1)
+    try:
+        torch.manual_seed(0)
+        config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True)
+        core = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=50304, max_sequence_length=64,
+                        position_embedding_type="learned_absolute")
+        with torch.no_grad():  # norms and biases drawn too (they start at 1 and 0)
+            for p in core.parameters():
+                if p.ndim == 1:
+                    p.add_(torch.randn_like(p))
+        state = core.state_dict_for_save_checkpoint()
+    finally:
+        parallel_state.destroy_model_parallel()
+    args = argparse.Namespace(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
+                              max_position_embeddings=64, padded_vocab_size=50304, bias_gelu_fusion=False)
+    shard = tmp_path / "megatron" / "iter_0000005" / "mp_rank_00"
+    shard.mkdir(parents=True)
+    torch.save({"model": state, "args": args, "checkpoint_version": 3.0, "iteration": 5}, shard / "model_optim_rng.pt")
+    (tmp_path / "megatron" / "latest_checkpointed_iteration.txt").write_text("5")
+    import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
+    ours, _ = load_model(tmp_path / "ckpt")
+    assert ours.config.activation == "gelu"  # Megatron-core's default, the exact GELU
+    mapped = {"wte.weight": "embedding.word_embeddings.weight", "wpe.weight": "embedding.position_embeddings.weight",
+              "norm_f.weight": "decoder.final_layernorm.weight", "norm_f.bias": "decoder.final_layernorm.bias"}
+    for i in range(2):
+        for theirs, mine in (("input_layernorm", "norm1"), ("self_attention.linear_qkv", "attn.qkv"),
+                             ("self_attention.linear_proj", "attn.proj"), ("pre_mlp_layernorm", "norm2"),
+                             ("mlp.linear_fc1", "mlp.fc1"), ("mlp.linear_fc2", "mlp.fc2")):
+            for kind in ("weight", "bias"):
+                mapped[f"blocks.{i}.{mine}.{kind}"] = f"decoder.layers.{i}.{theirs}.{kind}"
+    ours_state = ours.state_dict()
+    assert sorted(ours_state) == sorted(mapped)
+    for mine, theirs in mapped.items():
+        assert torch.equal(ours_state[mine], state[theirs].float()), mine

@@ -1,4 +1,5 @@
-"""A process group of one (gloo, in the test's own process) for the parallel pieces that run in-process."""
+"""A process group of one (gloo, in the test's own process) for the parallel pieces that run in-process: the
+trainer's, and Megatron-core's model in the interop tests."""
 
 import pytest
 import torch.distributed as dist
