@@ -42,12 +42,34 @@ SHARD = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 RELEASE_345M_HEADS = 16
 
 
+class MegatronValue:
+    """Stands in for an object of Megatron-LM's own classes among what it saves (enum members in the args and
+    the rerun state, its optimizer config): the values are kept, and none of Megatron's code is imported or
+    run to make them."""
+
+    def __init__(self, *values):
+        self.values = values
+
+
+# Megatron-core's own classes in its checkpoints (the list it registers with torch.serialization itself,
+# megatron/core/safe_globals.py), by the names the pickle gives them.
+MEGATRON_CLASSES = ("megatron.core.enums.ModelType", "megatron.core.transformer.enums.AttnBackend",
+                    "megatron.core.transformer.enums.CudaGraphScope",
+                    "megatron.core.optimizer.optimizer_config.OptimizerConfig",
+                    "megatron.core.rerun_state_machine.RerunDiagnostic", "megatron.core.rerun_state_machine.RerunMode",
+                    "megatron.core.rerun_state_machine.RerunState")
+
+
 def allowed_globals() -> list:
     """What a Megatron-LM model_optim_rng.pt may hold beyond tensors and plain values: the argparse namespace
-    of its arguments, numpy's random state (an array) among the saved random states, and the byte buffers
-    of Transformer Engine's `_extra_state` (never unpickled further: skipped). Files written under numpy 1
-    name the array constructor numpy.core..., under numpy 2 numpy._core...."""
+    of its arguments (paths, namespaces and signals among them, and Megatron's own classes as stand-ins),
+    numpy's random state (an array) among the saved random states, and the byte buffers of Transformer
+    Engine's `_extra_state` (never unpickled further: skipped). Files written under numpy 1 name the array
+    constructor numpy.core..., under numpy 2 numpy._core...."""
     import io
+    import pathlib
+    import signal
+    import types
 
     import numpy as np
 
@@ -56,8 +78,10 @@ def allowed_globals() -> list:
     except ImportError:  # numpy 1
         from numpy.core.multiarray import _reconstruct
     # The state's key array is uint32; under numpy 2 its dtype is rebuilt from a class of its own.
-    return [argparse.Namespace, io.BytesIO, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-            (_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]
+    return [argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, signal.Signals, io.BytesIO,
+            np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+            (_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct"),
+            *((MegatronValue, name) for name in MEGATRON_CLASSES)]
 
 
 def read_megatron_file(file: Path) -> dict:

@@ -5,6 +5,7 @@ tensor-parallel shards and pipeline stages; files that would run code, or hold a
 import pytest
 import torch
 
+from support.cli import run_cli
 from support.files import TEST_DATA
 from support.megatron_files import write_megatron
 from textmill.errors import TextmillError
@@ -137,13 +138,27 @@ def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp
         state = core.state_dict_for_save_checkpoint()
     finally:
         parallel_state.destroy_model_parallel()
+    from pathlib import PosixPath
+
+    from megatron.core.enums import ModelType
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.rerun_state_machine import RerunState
+    from megatron.core.transformer.enums import AttnBackend
+
+    # What Megatron-LM's training script saves among its args and beside them: its own enums and dataclass.
     args = argparse.Namespace(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
-                              max_position_embeddings=64, padded_vocab_size=50304, bias_gelu_fusion=False)
+                              max_position_embeddings=64, padded_vocab_size=50304, bias_gelu_fusion=False,
+                              model_type=ModelType.encoder_or_decoder, attention_backend=AttnBackend.auto,
+                              save=PosixPath("/checkpoints/gpt"), optimizer_config=OptimizerConfig(lr=1e-4))
     shard = tmp_path / "megatron" / "iter_0000005" / "mp_rank_00"
     shard.mkdir(parents=True)
-    torch.save({"model": state, "args": args, "checkpoint_version": 3.0, "iteration": 5}, shard / "model_optim_rng.pt")
+    torch.save({"model": state, "args": args, "checkpoint_version": 3.0, "iteration": 5,
+                "rerun_state_machine": {"state": RerunState.NOT_RUNNING_YET}}, shard / "model_optim_rng.pt")
     (tmp_path / "megatron" / "latest_checkpointed_iteration.txt").write_text("5")
-    import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
+    # In a process of its own: importing megatron.core (as this one has) registers its classes with torch.
+    r = run_cli("import", "megatron", str(tmp_path / "megatron"), "--save", str(tmp_path / "ckpt"),
+                "--vocab-file", str(VOCAB), "--merge-file", str(MERGES))
+    assert r.returncode == 0, r.stderr[-2000:]
     ours, _ = load_model(tmp_path / "ckpt")
     assert ours.config.activation == "gelu"  # Megatron-core's default, the exact GELU
     mapped = {"wte.weight": "embedding.word_embeddings.weight", "wpe.weight": "embedding.position_embeddings.weight",
