@@ -1,11 +1,12 @@
 """Megatron-LM checkpoints into and out of textmill: `textmill import megatron PATH --save CKPT` and
 `textmill export megatron --load CKPT --output DIR`.
 
-Reads the legacy (`--ckpt-format torch`) GPT checkpoints Megatron-LM writes and NVIDIA released (GPT-2 345M):
-a folder with `latest_checkpointed_iteration.txt` naming `release` or an iteration, and under that folder one
+Reads the `--ckpt-format torch` GPT checkpoints Megatron-LM writes and NVIDIA released (GPT-2 345M): a folder
+with `latest_checkpointed_iteration.txt` naming `release` or an iteration, and under that folder one
 `mp_rank_TT/model_optim_rng.pt` per tensor-parallel rank (`mp_rank_TT_PPP` with pipeline stages). Each file is
 a pickle: it is read with torch's weights-only loader and an allowlist of the few classes Megatron puts in it
-(the `args` namespace, numpy's random state), so a file that would run code is refused, never run.
+(the `args` namespace, numpy's random state, Megatron's own enums and config as stand-ins), so a file that
+would run code is refused, never run. `--ckpt-format torch_dist` folders are not read.
 
 The legacy model's tensors live under `model.language_model`: `embedding` (word and position embeddings) and
 `transformer` (`encoder` in later versions) with `layers.N.*` and `final_layernorm`; Megatron-core's GPTModel
