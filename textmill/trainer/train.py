@@ -29,6 +29,7 @@ from textmill.trainer.data import DataConfig, build_splits
 from textmill.trainer.device import device_peak_tflops, pick_device, require_torch
 from textmill.trainer.metrics import MetricSinks
 from textmill.trainer.model import GPT, training_flops
+from textmill.trainer.offload import ActivationOffload
 from textmill.trainer.optim import LRSchedule, make_optimizer
 from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
@@ -197,10 +198,11 @@ class Trainer:
 
     def offload(self):
         """With --cpu-offload-activations, what the forward pass saves for the backward pass waits in (pinned)
-        host memory instead of on the GPU, and comes back when the backward pass needs it."""
+        host memory instead of on the GPU, copied there on a stream of its own, and comes back when the backward
+        pass needs it."""
         if not self.config.cpu_offload_activations:
             return contextlib.nullcontext()
-        return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
+        return ActivationOffload(self.device)
 
     def micro_batches(self, dataset, first: int, count: int):
         """(tokens, labels) of this rank's micro-batches among samples [first, first + count): each

@@ -164,9 +164,9 @@ class TrainConfig(Settings):
                             "compiler on a CPU, no Triton on a GPU)", group=PARALLEL)
     no_compile: bool = setting(False, "eager blocks, on GPUs too (where --compile is the default)", group=PARALLEL)
     cpu_offload_activations: bool = setting(
-        False, "keep the activations the backward pass needs in pinned host memory instead of GPU memory (torch's "
-        "save_on_cpu): frees GPU memory that grows with batch x sequence x layers, at the cost of copying them over "
-        "PCIe and back each step; combines with recomputation (then only the recomputed blocks' inputs move). On a "
+        False, "keep the activations the backward pass needs in pinned host memory instead of GPU memory, copied "
+        "there on a CUDA stream of their own while the next layer computes: frees GPU memory that grows with batch x "
+        "sequence x layers, at the cost of copying them over PCIe and back each step; combines with recomputation (then only the recomputed blocks' inputs move). On a "
         "CPU it changes nothing", group=PARALLEL)
     distributed_timeout_minutes: float = setting(10.0, "a collective waiting longer than this (a lost peer) fails the "
                                                  "run instead of hanging", above=0, group=PARALLEL, keyed=False)
