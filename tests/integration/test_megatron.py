@@ -12,7 +12,7 @@ import torch
 
 from support.cli import run_cli
 from support.files import MERGES, TEST_DATA, VOCAB, write_jsonl
-from support.megatron_files import write_megatron
+from support.megatron_files import write_megatron, write_megatron_dist
 from textmill.demo import synthweb
 from textmill.trainer.checkpoint import load_model
 
@@ -65,3 +65,16 @@ def test_a_megatron_release_is_imported_fine_tuned_in_parallel_evaluated_and_exp
     back, _ = load_model(tmp_path / "back")
     with torch.no_grad():
         assert (back(tokens)[..., :50257] - ours(tokens)[..., :50257]).abs().max().item() < 1e-5
+
+
+def test_a_torch_dist_checkpoint_saved_by_four_ranks_imports_whole(tmp_path):
+    """Megatron-LM's default format as Megatron-core writes it from TP=2 x PP=2 gloo processes: `textmill
+    import megatron` reads the whole model, each tensor equal to the ranks' parts put together."""
+    whole = write_megatron_dist(tmp_path / "megatron", tp=2, pp=2)
+    r = run_cli("import", "megatron", str(tmp_path / "megatron"), "--save", str(tmp_path / "imported"), *GPT2_FILES)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "checkpoint version 3, torch_dist (saved by 2 x 2), vocabulary 50257 padded to 50304" in r.stdout
+    ours = load_model(tmp_path / "imported")[0].state_dict()
+    assert sorted(ours) == sorted(whole)
+    for name, tensor in whole.items():
+        assert torch.equal(ours[name], tensor.float()), name

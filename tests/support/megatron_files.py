@@ -130,3 +130,52 @@ def to_dtype(tree, dtype):
     if isinstance(tree, dict):
         return {k: to_dtype(v, dtype) for k, v in tree.items()}
     return tree.to(dtype).clone()
+
+
+# Megatron-core GPTModel's (local layers) module names -> textmill's, for what megatron_dist_writer.py saved.
+CORE_TO_TEXTMILL = {"input_layernorm": "norm1", "self_attention.linear_qkv": "attn.qkv",
+                    "self_attention.linear_proj": "attn.proj", "pre_mlp_layernorm": "norm2", "mlp.linear_fc1": "mlp.fc1",
+                    "mlp.linear_fc2": "mlp.fc2"}
+SPLIT_ROWS = ("word_embeddings.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias")
+SPLIT_COLUMNS = ("linear_proj.weight", "linear_fc2.weight")
+
+
+def megatron_core_whole(out, tp: int, pp: int) -> dict:
+    """The whole model the TP x PP ranks of megatron_dist_writer.py held (their expected_tpT_ppP.pt files), in
+    textmill's names: the tensor-parallel ranks' rows (column-parallel layers, the vocabulary) or columns
+    (row-parallel layers) side by side, each stage's layers numbered after the previous stage's. The last
+    stage's output layer is the tied word embedding, which textmill does not keep twice."""
+    whole, offset = {}, 0
+    for stage in range(pp):
+        ranks = [torch.load(out / f"expected_tp{t}_pp{stage}.pt", weights_only=True) for t in range(tp)]
+        layers = 0
+        for name in ranks[0]:
+            parts = [rank[name] for rank in ranks]
+            tensor = (torch.cat(parts, 0) if name.endswith(SPLIT_ROWS) else torch.cat(parts, 1)
+                      if name.endswith(SPLIT_COLUMNS) else parts[0])
+            if name.startswith("decoder.layers."):
+                _, _, index, rest = name.split(".", 3)
+                module, kind = rest.rsplit(".", 1)
+                whole[f"blocks.{offset + int(index)}.{CORE_TO_TEXTMILL[module]}.{kind}"] = tensor
+                layers = max(layers, int(index) + 1)
+            elif name.startswith("decoder.final_layernorm."):
+                whole["norm_f." + name.rsplit(".", 1)[1]] = tensor
+            elif name.startswith("embedding."):
+                whole[{"word_embeddings": "wte", "position_embeddings": "wpe"}[name.split(".")[1]] + ".weight"] = tensor
+        offset += layers
+    return whole
+
+
+def write_megatron_dist(out, tp: int = 1, pp: int = 1) -> dict:
+    """A torch_dist checkpoint under `out`, written by Megatron-core in TP x PP processes
+    (megatron_dist_writer.py), and the whole model its ranks held (megatron_core_whole)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    writer = Path(__file__).with_name("megatron_dist_writer.py")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(tp * pp), str(writer), str(out), str(tp), str(pp)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return megatron_core_whole(Path(out), tp, pp)

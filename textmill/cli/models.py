@@ -158,13 +158,15 @@ def add_parsers(sub) -> None:
                         "and FOLDER/merges.txt)")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128, help="pad the vocabulary as the trainer does")
     p.set_defaults(func=cmd_import_hf)
-    p = formats.add_parser("megatron", help="A Megatron-LM GPT-2 checkpoint (NVIDIA's 345M release, or --ckpt-format "
-                           "torch files of any tensor/pipeline layout) into a textmill checkpoint.", formatter_class=fmt,
-                           description="Turn a Megatron-LM --ckpt-format torch GPT checkpoint (mp_rank_*/model_optim_rng.pt "
-                           "of its legacy model or of Megatron-core's GPTModel, any checkpoint version, tensor-parallel "
-                           "shards joined, pipeline stages concatenated) into a "
-                           "textmill 'release' checkpoint. The files are read without running code from them (an "
-                           "allowlist of what Megatron writes). GPT-2 blocks only; other blocks are refused.")
+    p = formats.add_parser("megatron", help="A Megatron-LM GPT-2 checkpoint (NVIDIA's 345M release, or one saved in "
+                           "--ckpt-format torch or torch_dist by any tensor/pipeline layout) into a textmill checkpoint.",
+                           formatter_class=fmt,
+                           description="Turn a Megatron-LM GPT checkpoint into a textmill 'release' checkpoint: "
+                           "--ckpt-format torch (mp_rank_*/model_optim_rng.pt of its legacy model or of Megatron-core's "
+                           "GPTModel, any checkpoint version, tensor-parallel shards joined, pipeline stages "
+                           "concatenated) or torch_dist (Megatron-LM's default: .metadata, *.distcp and common.pt, "
+                           "whole tensors). The files are read without running code from them (an allowlist of what "
+                           "Megatron writes). GPT-2 blocks only; other blocks are refused.")
     p.add_argument("path", type=Path, help="the save directory (with latest_checkpointed_iteration.txt), or one "
                    "iter_N or release folder in it")
     p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")

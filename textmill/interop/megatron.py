@@ -6,7 +6,8 @@ with `latest_checkpointed_iteration.txt` naming `release` or an iteration, and u
 `mp_rank_TT/model_optim_rng.pt` per tensor-parallel rank (`mp_rank_TT_PPP` with pipeline stages). Each file is
 a pickle: it is read with torch's weights-only loader and an allowlist of the few classes Megatron puts in it
 (the `args` namespace, numpy's random state, Megatron's own enums and config as stand-ins), so a file that
-would run code is refused, never run. `--ckpt-format torch_dist` folders are not read.
+would run code is refused, never run. `--ckpt-format torch_dist` folders (Megatron-LM's default format) are
+read too: interop/megatron_dist.py.
 
 The legacy model's tensors live under `model.language_model`: `embedding` (word and position embeddings) and
 `transformer` (`encoder` in later versions) with `layers.N.*` and `final_layernorm`; Megatron-core's GPTModel
@@ -33,6 +34,7 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.interop.families import FAMILIES
+from textmill.interop.megatron_dist import COMMON, is_dist_checkpoint, read_dist_model
 from textmill.trainer.checkpoint import TRACKER
 from textmill.trainer.gpt_config import GPTConfig
 
@@ -85,8 +87,9 @@ def allowed_globals() -> list:
             *((MegatronValue, name) for name in MEGATRON_CLASSES)]
 
 
-def read_megatron_file(file: Path) -> dict:
-    """One model_optim_rng.pt, loaded without running code from it; anything else is one error line."""
+def read_megatron_file(file: Path, model: bool = True) -> dict:
+    """One model_optim_rng.pt (or a torch_dist folder's common.pt: `model` False), loaded without running code
+    from it; anything else is one error line."""
     try:
         with torch.serialization.safe_globals(allowed_globals()):
             state = torch.load(file, map_location="cpu", weights_only=True)
@@ -96,7 +99,9 @@ def read_megatron_file(file: Path) -> dict:
                        reason[0] if reason else "")
         raise TextmillError(f"{file}: refused or unreadable as a Megatron-LM checkpoint ({type(exc).__name__}: "
                             f"{refused.strip()[:200]})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+    if not isinstance(state, dict):
+        raise TextmillError(f"{file}: not a Megatron-LM checkpoint (a {type(state).__name__}, not a dictionary)")
+    if model and not isinstance(state.get("model"), dict):
         raise TextmillError(f"{file}: not a Megatron-LM checkpoint (no 'model' dictionary in it)")
     return state
 
@@ -113,9 +118,9 @@ def checkpoint_folder(path: Path) -> tuple[Path, str]:
         if not said.isdigit() or int(said) <= 0:
             raise TextmillError(f"{tracker}: says {said[:40]!r}, neither 'release' nor an iteration")
         return path / f"iter_{int(said):07d}", said
-    if any(SHARD.match(p.name) for p in path.glob("mp_rank_*")):
+    if any(SHARD.match(p.name) for p in path.glob("mp_rank_*")) or is_dist_checkpoint(path):
         return path, path.name
-    raise TextmillError(f"{path}: no {TRACKER} and no mp_rank_* folders: not a Megatron-LM checkpoint")
+    raise TextmillError(f"{path}: no {TRACKER}, no mp_rank_* folders and no .metadata: not a Megatron-LM checkpoint")
 
 
 def shard_files(folder: Path) -> dict[tuple[int, int], Path]:
@@ -126,8 +131,8 @@ def shard_files(folder: Path) -> dict[tuple[int, int], Path]:
         if m and (sub / STATE).exists():
             shards[int(m.group(1)), int(m.group(2) or 0)] = sub / STATE
     if not shards:
-        raise TextmillError(f"{folder}: no mp_rank_*/{STATE} in it (a torch_dist checkpoint is not read: convert it "
-                            "to --ckpt-format torch with Megatron-LM's tools/checkpoint first)")
+        raise TextmillError(f"{folder}: neither mp_rank_*/{STATE} (--ckpt-format torch) nor .metadata (torch_dist) "
+                            "in it: not a Megatron-LM checkpoint")
     tp, pp = max(t for t, _ in shards) + 1, max(p for _, p in shards) + 1
     missing = [f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else "") for t in range(tp) for p in range(pp) if (t, p) not in shards]
     if missing:
@@ -247,9 +252,13 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
     Megatron-LM checkpoint at `path`. `heads` stands in for `args` where the checkpoint has none (NVIDIA's
     345M release: 16 heads)."""
     folder, said = checkpoint_folder(path)
-    shards = shard_files(folder)
+    if is_dist_checkpoint(folder):  # whole tensors already: read as one shard
+        shards = {(0, 0): folder / COMMON}
+        states = {(0, 0): {**read_megatron_file(shards[0, 0], model=False), "model": read_dist_model(folder)}}
+    else:
+        shards = shard_files(folder)
+        states = {key: read_megatron_file(file) for key, file in sorted(shards.items())}
     tp, pp = max(t for t, _ in shards) + 1, max(p for _, p in shards) + 1
-    states = {key: read_megatron_file(file) for key, file in sorted(shards.items())}
     first = states[0, 0]
     version = float(first.get("checkpoint_version", 0))
     args = first.get("args")
@@ -281,8 +290,12 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
                  "max_position_embeddings": positions.shape[0], "ffn_hidden_size": ours["blocks.0.mlp.fc1.weight"].shape[0],
                  "activation": "gelu_tanh"}
     config = GPTConfig(vocab_size=words.shape[0], **{k: v for k, v in shape.items() if v is not None})
-    read = {"folder": str(folder), "tracker": said, "checkpoint_version": version, "tensor_parallel": tp,
-            "pipeline_parallel": pp, "iteration": first.get("iteration"), "args": isinstance(args, argparse.Namespace)}
+    dist = is_dist_checkpoint(folder)
+    read = {"folder": str(folder), "tracker": said, "checkpoint_version": version, "format": "torch_dist" if dist else "torch",
+            # a torch_dist checkpoint is whole: the layout that wrote it is in its args
+            "tensor_parallel": getattr(args, "tensor_model_parallel_size", None) if dist else tp,
+            "pipeline_parallel": getattr(args, "pipeline_model_parallel_size", None) if dist else pp,
+            "iteration": first.get("iteration"), "args": isinstance(args, argparse.Namespace)}
     return config, ours, read
 
 

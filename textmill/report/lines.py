@@ -149,6 +149,8 @@ def export_megatron_line(r: dict, seconds: float) -> str:
 
 def import_megatron_line(r: dict, seconds: float) -> str:
     layout = f"{r['tensor_parallel']} x {r['pipeline_parallel']} shards"
+    if r["format"] == "torch_dist":  # stored whole: the layout is the one that saved it, when its args say
+        layout = "torch_dist" + (f" (saved by {layout.removesuffix(' shards')})" if r["tensor_parallel"] else "")
     return (f"import megatron: GPT-2 model, {r['parameters']:,} parameters, checkpoint version {r['checkpoint_version']:g}, "
             f"{layout}{'' if r['args'] else ', no args (shape from the tensors)'}, vocabulary {r['vocab_size']} padded "
             f"to {r['padded_vocab_size']} -> {r['output']}/release {seconds_tag(seconds)}")

@@ -1,13 +1,14 @@
 """Megatron-LM legacy GPT checkpoints into textmill, against transformers' GPT-2 they were written from
 (tests/support/megatron_files.py): every checkpoint version's query/key/value order, with and without `args`,
-tensor-parallel shards and pipeline stages; files that would run code, or hold another block, are refused."""
+tensor-parallel shards and pipeline stages; and against Megatron-core's own GPTModel, in both of Megatron-LM's
+checkpoint formats. Files that would run code, or hold another block, are refused."""
 
 import pytest
 import torch
 
 from support.cli import run_cli
 from support.files import TEST_DATA
-from support.megatron_files import write_megatron
+from support.megatron_files import write_megatron, write_megatron_dist
 from textmill.errors import TextmillError
 from textmill.interop.megatron import import_megatron
 from textmill.trainer.checkpoint import load_model
@@ -173,3 +174,38 @@ def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp
     assert sorted(ours_state) == sorted(mapped)
     for mine, theirs in mapped.items():
         assert torch.equal(ours_state[mine], state[theirs].float()), mine
+
+
+@pytest.fixture(scope="module")
+def megatron_dist(tmp_path_factory):
+    """A torch_dist checkpoint (Megatron-LM's default format) Megatron-core wrote, and the model it holds."""
+    out = tmp_path_factory.mktemp("torch_dist") / "megatron"
+    return out, write_megatron_dist(out)
+
+
+def test_a_torch_dist_checkpoint_megatron_core_wrote_imports_tensor_for_tensor(megatron_dist, tmp_path):
+    """Megatron-core's own saver wrote it (tests/support/megatron_dist_writer.py): the decoder's layers stacked
+    on one axis, the norms under the fused names, the random state a bytes entry that is never read."""
+    folder, whole = megatron_dist
+    r = import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
+    assert (r["format"], r["tensor_parallel"], r["pipeline_parallel"], r["iteration"]) == ("torch_dist", 1, 1, 5)
+    ours = load_model(tmp_path / "ckpt")[0].state_dict()
+    assert sorted(ours) == sorted(whole)
+    for name, tensor in whole.items():
+        assert torch.equal(ours[name], tensor.float()), name
+
+
+def test_torch_dist_metadata_that_would_run_code_is_refused(megatron_dist, tmp_path, monkeypatch):
+    import pickle
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    folder = shutil.copytree(megatron_dist[0], tmp_path / "megatron")
+    iteration = folder / "iter_0000005"
+    (iteration / ".metadata").write_bytes(pickle.dumps(RunsCode()))
+    with pytest.raises(TextmillError, match=r"\.metadata: refused, not checkpoint metadata textmill can trust"):
+        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
+    (iteration / "metadata.json").write_text('{"sharded_backend": "zarr"}')
+    with pytest.raises(TextmillError, match="not one in Megatron-LM's torch_dist format .* sharded_backend 'zarr'"):
+        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
+    assert not (tmp_path / "ran-code").exists() and not (tmp_path / "ckpt").exists()

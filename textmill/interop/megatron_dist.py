@@ -1,0 +1,76 @@
+"""The model tensors of a Megatron-LM checkpoint in `--ckpt-format torch_dist` (Megatron-LM's default since
+Megatron-core's distributed checkpointing), read as one whole model.
+
+Such an iteration folder holds:
+
+    metadata.json    {"sharded_backend": "torch_dist", ...}: which of Megatron's formats this is
+    common.pt        what is not sharded (args, checkpoint_version, iteration, ...), a torch.save pickle
+    .metadata        torch.distributed.checkpoint's index: each entry's global shape and where its chunks lie
+    __R_N.distcp     the chunks rank R wrote (N: its writer thread)
+
+The tensors are indexed by their whole-model shape, whatever tensor- and pipeline-parallel layout wrote them,
+so reading one needs no joining. They have Megatron-core's names, the decoder's layers stacked on a leading
+axis (`decoder.layers.mlp.linear_fc1.weight` is [layers, ffn, hidden]), the layer norms named as Transformer
+Engine fuses them (`linear_qkv.layer_norm_weight`) whichever layers were used, and the tied output layer saved
+as well. Entries that are bytes (Transformer Engine's extra state, random states) and the optimizer's are not
+read; `.metadata` is unpickled through textmill's allowlist (trainer/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import torch
+
+from textmill.errors import TextmillError
+from textmill.trainer.checkpoint import read_dcp_metadata, verified_reader
+
+COMMON = "common.pt"
+# The model's own entries; the optimizer's are under "optimizer.", and the output layer is the word embedding
+# (an untied one is refused with the args).
+MODEL_PREFIXES = ("embedding.", "decoder.")
+PER_LAYER = re.compile(r"^decoder\.layers\.\d+\.")
+
+
+def is_dist_checkpoint(folder: Path) -> bool:
+    return (folder / ".metadata").exists()
+
+
+def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
+    """The model tensors of the torch_dist checkpoint in `folder`, named as Megatron-core's GPTModel names
+    them in its state dict (`decoder.layers.3.self_attention.linear_qkv.weight`)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        backend = json.loads((folder / "metadata.json").read_text()).get("sharded_backend")
+    except (OSError, ValueError, AttributeError):
+        backend = None
+    if backend != "torch_dist":
+        raise TextmillError(f"{folder}: a distributed checkpoint, but not one in Megatron-LM's torch_dist format "
+                            f"(its metadata.json names sharded_backend {backend!r})")
+    metadata = read_dcp_metadata(folder, foreign=True)
+    wanted = {name: torch.empty(entry.size, dtype=entry.properties.dtype)
+              for name, entry in metadata.state_dict_metadata.items()
+              if name.startswith(MODEL_PREFIXES) and isinstance(entry, TensorStorageMetadata)}
+    if not any(name.startswith("decoder.") for name in wanted):
+        raise TextmillError(f"{folder}: no decoder.* tensors in it: not a Megatron-core GPT checkpoint")
+    try:
+        with warnings.catch_warnings():  # DCP warns when it reads in one plain process, which is intended
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(wanted, storage_reader=verified_reader(folder, foreign=True))
+    except Exception as exc:  # DCP wraps failures in CheckpointException
+        raise TextmillError(f"{folder}: its tensors cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[-1][:300]})") from None
+    model = {}
+    for name, tensor in wanted.items():
+        if name.startswith("decoder.layers.") and not PER_LAYER.match(name):
+            rest = name.removeprefix("decoder.layers.")
+            for index, layer in enumerate(tensor.unbind(0)):
+                model[f"decoder.layers.{index}.{rest}"] = layer
+        else:
+            model[name] = tensor
+    return model
