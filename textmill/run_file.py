@@ -27,7 +27,7 @@ from textmill.pipeline.stage_configs import (
     ScrapeConfig,
     ShuffleConfig,
 )
-from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, setting
+from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, reference_table, setting
 from textmill.tokenizers.tokenize_config import TokenizeConfig
 from textmill.trainer.train_config import TrainConfig
 
@@ -134,6 +134,28 @@ def example_config() -> str:
                 "The options of `textmill train` (see its --help), with _ for -. Not set: data_path, vocab_file, "
                 "merge_file,\nvocab_size, tokenizer_type, tokenizer_model, save and load, which the workflow "
                 "gives.")).partition("\n")[2])
+    return "\n".join(parts)
+
+
+# The command whose options a table's settings also are.
+COMMANDS = {"input": "every document stage", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
+            "dedup": "textmill dedup", "clean": "textmill clean", "quality": "textmill quality",
+            "shuffle": "textmill shuffle", "decontaminate": "textmill decontaminate", "tokenize": "textmill tokenize"}
+
+
+def settings_reference() -> str:
+    """docs/settings.md: every table of the run file, each key with its flag, default and meaning, made from
+    the settings classes as example_config is."""
+    parts = []
+    for name, table in TABLES.items():
+        command = COMMANDS.get(name)
+        heading = f"## [{name}]" + (f" (the options of {command})" if command else " (run file only)")
+        parts.append(reference_table(heading, table.settings, skip=tuple(table.workflow_sets), command=command))
+        if name == "train":
+            parts.append(reference_table("## [train]: the options of `textmill train`, with _ for - (the workflow "
+                                         "sets data_path, vocab_file, merge_file, vocab_size, tokenizer_type, "
+                                         "tokenizer_model, save and load)", TrainConfig,
+                                         skip=tuple(TRAINER_SET_BY_WORKFLOW), command="textmill train"))
     return "\n".join(parts)
 
 
@@ -279,3 +301,16 @@ def check_train(table: dict, path: Path, tokenize: TokenizeConfig) -> None:
         check_config(config, config.nproc_per_node, unpadded_vocab_size(config))
     except TextmillError as exc:
         raise TextmillError(f"[train] {exc}") from None
+
+
+SETTINGS_PAGE = """# Settings
+
+Every setting of a run file (`textmill run run.toml`), table by table, and the flag that sets it on the
+command of that stage: one field of the code each, so a key and its flag always mean the same. Generated
+from the settings classes (`python -m textmill.run_file > docs/settings.md`; tests/unit/test_docs.py checks
+it is current). `textmill run --example-config` prints the same settings as a run file.
+
+"""
+
+if __name__ == "__main__":
+    print(SETTINGS_PAGE + settings_reference(), end="")

@@ -289,6 +289,21 @@ def example_table(section: str, cls, *, skip: tuple[str, ...] = (), note: str = 
     return "\n".join(lines) + "\n"
 
 
+def reference_table(heading: str, cls, *, skip: tuple[str, ...] = (), command: str | None = None) -> str:
+    """A Markdown table of every field of `cls` (except `skip`): its run-file key, its flag on `command` (if the
+    table's settings are a command's too), its default and its help."""
+    lines = [heading, "", "| key | flag | default | what it does |", "|---|---|---|---|"]
+    for f in fields(cls):
+        if f.name in skip:
+            continue
+        option = ""
+        if command:
+            option = f"`{flag(f.name)}`" + (f", `--no-{flag(f.name)[2:]}`" if f.default is True else "")
+        default = "required" if not has_default(f) else "none" if f.default is None else f"`{toml_value(f.default)}`"
+        lines.append(f"| `{f.name}` | {option} | {default} | {f.metadata['help'].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
 def toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -26,7 +26,7 @@ def test_query_groups_that_tensor_parallelism_cannot_split_are_one_error_line(co
 
 
 def test_fine_tuning_an_imported_model_on_token_files_made_with_its_own_tokenizer(tmp_path, corpus):
-    """The README's fine-tuning example, on a small LLaMA with grouped-query attention: import, tokenize with
+    """docs/training.md's fine-tuning example, on a small LLaMA with grouped-query attention: import, tokenize with
     the model's tokenizer (which came along into the checkpoint), fine-tune, evaluate, export."""
     import random
 

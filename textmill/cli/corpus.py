@@ -127,7 +127,8 @@ def add_parsers(sub) -> None:
                                      "to the bundled list; repeatable)"})
     p.set_defaults(func=cmd_blacklist)
 
-    p = stage("scrape", "Fetch every URL of the URL shards and extract title and text with newspaper3k.",
+    p = stage("scrape", f"Fetch every URL of the URL shards and extract title and text (with {ScrapeConfig().extractor} "
+              "unless --extractor says otherwise).",
               "URL shards written by `textmill blacklist`, or directories of them", ScrapeConfig,
               help_for={"allow_networks": "fetch from this non-public address or network all the same, e.g. a local mirror "
                     "at 10.0.0.5 or 127.0.0.2/32 (repeatable; narrower than --allow-private-addresses)"})

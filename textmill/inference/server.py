@@ -2,7 +2,7 @@
 
     PUT  /api             Megatron's request ({"prompts": [...], "tokens_to_generate": 64, ...}) and response
                           ({"text": [...], "segments": [[...]], "logprobs": [[...]] | null}), field for field;
-                          with "beam_width": W (one prompt), beam search as Megatron's server at the README's
+                          with "beam_width": W (one prompt), beam search as Megatron's server at docs/fidelity.md's
                           commit does it: the W best sequences, best first, and {"scores": [...]} beside them
     POST /v1/completions  OpenAI's completions request and response (prompt, max_tokens, temperature, top_p,
                           stop, logprobs, seed, echo); one choice per prompt

@@ -40,6 +40,7 @@ from textmill.io.files import (
     temporary_path,
     write_json,
 )
+from textmill.pipeline.reasons import is_listed
 
 URL_SCHEMA = pa.schema(
     [
@@ -264,12 +265,21 @@ class ShardOutput:
 
     def reject_table(self, table: pa.Table) -> None:
         """Reject every row of a table whose `reason` column says why (the columnar form of `reject`)."""
+        reasons = table["reason"].to_pylist()
+        for reason in set(reasons):
+            self.check_listed(reason)
         self._rejects.write_table(table)
-        self.reasons.update(reason_key(r) for r in table["reason"].to_pylist())
+        self.reasons.update(reason_key(r) for r in reasons)
 
     def reject(self, row: dict, reason: str) -> None:
+        self.check_listed(reason)
         self._rejects.write({**row, "reason": reason})
         self.reasons[reason_key(reason)] += 1
+
+    def check_listed(self, reason: str) -> None:
+        if not is_listed(self.stage, reason.partition("=")[0]):
+            raise ValueError(f"{self.stage} rejects a record as {reason!r}, a reason textmill/pipeline/reasons.py "
+                             "does not list for it")
 
     def finish(self, n_input: int, **extra) -> dict:
         """Check the accounting, rename the shards into place and write the manifest (last)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
+from textmill import __version__
 from textmill.errors import TextmillError
 from textmill.settings import SEED_MAX, Settings, key_params, setting
 
@@ -53,6 +54,12 @@ class BlacklistConfig(StageConfig):
                                         "(does not change the output)", least=1, keyed=False)
 
 
+USER_AGENT = f"textmill/{__version__} (corpus builder)"
+# What textmill 0.1 keyed scrape folders by for its user agent: the default keeps that key, so a new version
+# (which sends its own number) does not scrape everything again.
+USER_AGENT_KEY = "textmill/0.1 (corpus builder)"
+
+
 @dataclass(frozen=True)
 class ScrapeConfig(StageConfig):
     concurrency: int = setting(32, "URLs fetched at once per shard (does not change the output)", least=1, keyed=False)
@@ -87,7 +94,7 @@ class ScrapeConfig(StageConfig):
                                         "hammer it (does not change the output)", least=1, keyed=False)
     robots_txt: bool = setting(False, "skip pages the host's robots.txt disallows for user_agent (rejected as "
                                "robots_disallowed; a robots.txt that cannot be fetched allows everything)")
-    user_agent: str = setting("textmill/0.1 (corpus builder)", "the User-Agent header sent")
+    user_agent: str = setting(USER_AGENT, "the User-Agent header sent")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,6 +103,12 @@ class ScrapeConfig(StageConfig):
                 ipaddress.ip_network(network, strict=False)
             except ValueError:
                 raise TextmillError(f"allow_networks: {network!r} is not an address or network (CIDR)") from None
+
+    def params(self) -> dict:
+        params = super().params()
+        if self.user_agent == USER_AGENT:
+            params["user_agent"] = USER_AGENT_KEY
+        return params
 
     def address_allowed(self, address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%")[0])

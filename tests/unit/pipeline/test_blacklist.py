@@ -182,7 +182,7 @@ def megatron_kept(lines: list[str]) -> list[str]:
     return list(kept)
 
 
-# Where textmill decides otherwise, on purpose (the README's notes on fidelity list them).
+# Where textmill decides otherwise, on purpose (docs/fidelity.md lists them).
 DELIBERATE = {
     "https://example.com/clip.mp4#t=30": "the extension is the path's: a fragment does not hide it",
     "http://example.zip": "a host is not a file: only the path's extension counts",

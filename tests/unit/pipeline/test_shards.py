@@ -15,16 +15,30 @@ def doc(i):
 
 def test_stage_writes_kept_rejects_and_manifest_last(tmp_path):
     out = tmp_path / "part-00000.parquet"
-    with ShardOutput("t", out, DOC_SCHEMA, [], {"p": 1}) as stage:
+    with ShardOutput("clean", out, DOC_SCHEMA, [], {"p": 1}) as stage:
         stage.keep(doc(0))
-        stage.reject(doc(1), "status=404")
-        stage.reject(doc(2), "near_duplicate_of=d0")
+        stage.reject(doc(1), "language=de")
+        stage.reject(doc(2), "too_short")
         assert not out.exists() and not manifest_path(out).exists()
         m = stage.finish(3)
     assert m["counts"] == {"input": 3, "kept": 1, "rejected": 2, "output_rows": 1}
-    assert m["reasons"] == {"near_duplicate_of": 1, "status=404": 1}
+    assert m["reasons"] == {"language=de": 1, "too_short": 1}
     assert pq.read_table(out).column("id").to_pylist() == ["d0"]
-    assert pq.read_table(rejects_path(out)).column("reason").to_pylist() == ["status=404", "near_duplicate_of=d0"]
+    assert pq.read_table(rejects_path(out)).column("reason").to_pylist() == ["language=de", "too_short"]
+
+
+def test_a_reason_the_list_does_not_have_is_refused_and_leaves_nothing(tmp_path):
+    """textmill/pipeline/reasons.py is the one list of reject reasons (the docs' table is made from it): a stage
+    rejecting for another reason fails, however the reason's detail reads."""
+    with pytest.raises(ValueError, match="dedup rejects a record as 'status=404', a reason .* does not list"):
+        with ShardOutput("dedup", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
+            stage.reject(doc(1), "near_duplicate_of=d0")
+            stage.reject(doc(2), "status=404")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    with ShardOutput("quality", tmp_path / "b.parquet", DOC_SCHEMA, [], {}) as stage:
+        stage.reject(doc(1), "top_3gram_chars")
+        with pytest.raises(ValueError, match="'top_gram_chars'"):
+            stage.reject(doc(2), "top_gram_chars")
 
 
 def test_accounting_mismatch_fails_and_leaves_nothing(tmp_path):

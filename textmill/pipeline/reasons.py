@@ -1,0 +1,120 @@
+"""Every reason a corpus stage rejects a record for, and what it means: the one list. ShardOutput refuses a
+reason its stage does not list here (a new reason fails the tests that reach it until it is written down),
+and the reject-reason table of docs/corpus.md is generated from it (`python -m textmill.pipeline.reasons`;
+a test compares the two).
+
+A reason may carry a detail after `=` (`status=404`, `near_duplicate_of=<id>`); `<n>` stands for a number.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from textmill.io.files import JSON_LINE_REASONS
+
+# What a document stage rejects among the records it reads, before it decides anything about a document.
+READ = {
+    **{reason: f"the line is {says}" if reason != "too_large" else
+       "a line, or a Parquet row's text, longer than [input] max_document_bytes (its first 200 characters kept)"
+       for reason, says in JSON_LINE_REASONS.items()},
+    "missing_text": "a record without a string `text` field",
+}
+
+EXTRACTION = {
+    "empty_extraction": "the extractor found no text",
+    "extraction_timeout": "the extractor took longer than --extract-timeout-s",
+    "extraction_failed=<error>": "the extractor raised an error",
+}
+
+REASONS: dict[str, dict[str, str]] = {
+    "blacklist": {
+        "undecodable": "the line is not UTF-8",
+        "too_short": "8 characters or fewer",
+        "malformed": "not a URL: no host, a bad port or address, a numeric top-level domain",
+        "bad_scheme": "neither http nor https",
+        "domain_blacklisted=<label>": "a label of the host is on the domain block list",
+        "extension_blacklisted=<ext>": "the path ends in a blocked file extension",
+        "duplicate": "the same URL (after normalisation) came earlier, in file order",
+    },
+    "scrape": {
+        "timeout": "no complete answer within --timeout-s, on each of its tries (--retries)",
+        "connection_error": "no connection, or it broke (after --retries)",
+        "blocked_address": "the host resolves to a private or loopback address (--allow-networks lets one through)",
+        "bad_url": "the URL cannot be fetched as written",
+        "bad_scheme": "a redirect to a scheme other than http or https",
+        "robots_disallowed": "with --robots-txt, the host's robots.txt disallows the page",
+        "status=<code>": "the server answered with this HTTP status",
+        "content_type=<type>": "not HTML (`missing`: no Content-Type)",
+        "too_large": "more than --max-bytes",
+        "binary_content": "the body is not text, whatever its Content-Type says",
+        "redirect_loop": "a redirect back to a URL already visited",
+        "too_many_redirects": "more than --max-redirects",
+        "redirect_without_location": "a redirect status without a Location header",
+        "broken_response": "a response the HTTP client could not parse",
+        **EXTRACTION,
+    },
+    "dedup": {
+        **READ,
+        "exact_duplicate_of=<id>": "the same lower-cased words as the kept document <id>",
+        "near_duplicate_of=<id>": "MinHash Jaccard similarity of at least --threshold with the kept document <id>",
+    },
+    "clean": {
+        **READ,
+        "empty": "no text",
+        "language=<code>": "detected as another language than --language",
+        "language_undetectable": "no language detected with confidence",
+        "too_short": "fewer than --min-tokens tokens",
+    },
+    "quality": {
+        **READ,
+        "empty": "no text left (after C4's line rules)",
+        **{reason: "Gopher's quality rules" for reason in (
+            "too_few_words", "too_many_words", "no_words", "short_words", "long_words", "hash_symbols", "ellipses",
+            "bullet_lines", "ellipsis_lines", "few_alphabetic_words", "few_stop_words")},
+        **{reason: "Gopher's repetition rules" for reason in (
+            "duplicate_paragraphs", "duplicate_paragraph_chars", "duplicate_lines", "duplicate_line_chars",
+            "top_<n>gram_chars", "duplicate_<n>gram_chars")},
+        **{reason: "C4's page rules (lines dropped are counted per rule in the manifest)"
+           for reason in ("lorem_ipsum", "curly_bracket", "too_few_sentences")},
+        **{reason: "FineWeb's rules" for reason in ("line_punctuation", "short_lines", "repeated_line_chars", "list_like")},
+    },
+    "shuffle": READ,
+    "decontaminate": {
+        **READ,
+        "contaminated_no_clean_fragment": "every piece left after cutting the evaluation n-grams is under "
+                                          "--min-fragment-chars",
+        "contaminated_too_many_pieces": "cutting the evaluation n-grams leaves more than --max-pieces pieces",
+    },
+}
+# Extracting again from a kept crawl keeps what the scrape rejected, for the same reasons.
+REASONS["extract"] = REASONS["scrape"]
+
+
+@lru_cache(maxsize=None)
+def _patterns(stage: str) -> re.Pattern:
+    names = (re.escape(reason.partition("=")[0]).replace(re.escape("<n>"), r"\d+") for reason in REASONS.get(stage, {}))
+    return re.compile("|".join(f"(?:{name})" for name in names) or "(?!)")
+
+
+@lru_cache(maxsize=4096)
+def is_listed(stage: str, name: str) -> bool:
+    """Whether `name` (a reason without its detail) is one of `stage`'s."""
+    return _patterns(stage).fullmatch(name) is not None
+
+
+def reasons_table() -> str:
+    """docs/corpus.md's table: each stage, each reason and what it means."""
+    lines = ["| stage | reason | meaning |", "|---|---|---|"]
+    for stage, reasons in REASONS.items():
+        if stage == "extract":
+            lines.append("| extract | the scrape's | a record the scrape rejected stays rejected; extracting again "
+                         "rejects for the scrape's extraction reasons |")
+            continue
+        for reason, meaning in reasons.items():
+            lines.append(f"| {stage} | `{reason}` | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reasons_table(), end="")
