@@ -48,7 +48,8 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         raise TextmillError(f"started as {world} processes, but the target layout has {dims.world} ranks")
 
     with distributed_session(dims, torch.device("cpu"), 10.0) as mesh:
-        model = GPT(model_config)
+        with torch.device("meta"):  # each rank allocates only its part, below
+            model = GPT(model_config)
         parameters = model.num_parameters()
         chunks = split_stages(model, mesh["pp"].get_local_rank(), pp, 1) if pp > 1 else [(0, model)]
         options = StateDictOptions(full_state_dict=ckpt.format == "torch")
@@ -56,6 +57,7 @@ def convert_checkpoint(load: Path, save: Path, tp: int, pp: int, fmt: str, argv:
         for _, chunk in chunks:
             if tp > 1:
                 apply_tensor_parallel(chunk, mesh["tp"], sequence_parallel=False)
+            chunk.allocate(torch.device("cpu"))
             template = get_model_state_dict(chunk, options=options)
             set_model_state_dict(chunk, ckpt.load_into({"model": template})["model"], options=options)
             weights.update(get_model_state_dict(chunk))

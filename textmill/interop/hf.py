@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
+from textmill.io.files import atomic_folder
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
 from textmill.interop.families import FAMILIES
 from textmill.interop.release import checked_model, save_release
@@ -194,16 +195,11 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
     vocab = ckpt.meta.get("vocab_size", tokenizer.vocab_size)  # the model's rows (a tokenizer may hold fewer)
     tensors = to_hf_state(family, ours, model_config, vocab)
     output = Path(output)
-    tmp = output.with_name(f".{output.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
-    config = hf_config(model_config, family, vocab, tokenizer.eod, getattr(tokenizer, "bos", None))
-    (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    write_tokenizer(tokenizer, model_config.max_position_embeddings, tmp)
-    if output.exists():
-        shutil.rmtree(output)
-    tmp.rename(output)
+    with atomic_folder(output) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
+        config = hf_config(model_config, family, vocab, tokenizer.eod, getattr(tokenizer, "bos", None))
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_tokenizer(tokenizer, model_config.max_position_embeddings, tmp)
     return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": vocab,
             "iteration": "release" if ckpt.release else ckpt.meta["iteration"], "output": str(output)}
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
+from textmill.io.files import atomic_folder
 from textmill.interop.families import FAMILIES
 from textmill.interop.megatron_dist import COMMON, is_dist_checkpoint, read_dist_model
 from textmill.trainer.checkpoint import TRACKER
@@ -343,11 +344,41 @@ def megatron_args_of(config: GPTConfig, vocab: int, padded: int, tp: int, pp: in
         pipeline_model_parallel_size=pp, model_parallel_size=tp, params_dtype=torch.float32, fp16=False, bf16=False)
 
 
+def write_shards(folder: Path, ours: dict, words: torch.Tensor, args: argparse.Namespace, tp: int, pp: int,
+                 iteration: int) -> None:
+    """One model_optim_rng.pt per tensor-parallel rank and pipeline stage under `folder` (iter_N or release):
+    each rank's part of every tensor, under the legacy model's version 3.0 names."""
+    per_stage = args.num_layers // pp
+    for stage in range(pp):
+        bodies = [{} for _ in range(tp)]
+        for local in range(per_stage):
+            for ours_name, theirs in GPT2.megatron_block.items():
+                for kind in ("weight", "bias"):
+                    name = f"layers.{local}.{theirs}.{kind}"
+                    whole = ours[f"blocks.{stage * per_stage + local}.{ours_name}.{kind}"]
+                    for body, part in zip(bodies, split_tensor_parallel(name, whole, tp)):
+                        body[name] = part
+        if stage == pp - 1:
+            for body in bodies:
+                for kind in ("weight", "bias"):
+                    body[f"{GPT2.megatron_final_norm}.{kind}"] = ours[f"norm_f.{kind}"]
+        for t, body in enumerate(bodies):
+            language_model = {"encoder": body}
+            model_state = {"language_model": language_model}
+            if stage == 0:
+                language_model["embedding"] = {"word_embeddings": {"weight": words.chunk(tp)[t].clone()},
+                                               "position_embeddings": {"weight": ours["wpe.weight"]}}
+            if stage == pp - 1 and pp > 1:  # the last stage's copy of the tied embedding
+                model_state["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t].clone()}
+            shard = folder / (f"mp_rank_{t:02d}" + (f"_{stage:03d}" if pp > 1 else ""))
+            shard.mkdir(parents=True)
+            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model_state},
+                       shard / STATE)
+
+
 def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1) -> dict:
     """The newest checkpoint under `load` as a Megatron-LM legacy GPT checkpoint in `output`, split into tp x pp
     shards."""
-    import shutil
-
     from textmill.interop.hf import hf_family
     from textmill.trainer.checkpoint import load_model
 
@@ -371,38 +402,9 @@ def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1) -> dict:
     iteration = "release" if ckpt.release else int(ckpt.meta["iteration"])
     folder_name = "release" if iteration == "release" else f"iter_{iteration:07d}"
     output = Path(output)
-    tmp = output.with_name(f".{output.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     args = megatron_args_of(config, vocab, padded, tp, pp, int(ckpt.meta.get("seq_length", config.max_position_embeddings)))
-    per_stage = config.num_layers // pp
-    for stage in range(pp):
-        bodies = [{} for _ in range(tp)]
-        for local in range(per_stage):
-            for ours_name, theirs in GPT2.megatron_block.items():
-                for kind in ("weight", "bias"):
-                    name = f"layers.{local}.{theirs}.{kind}"
-                    whole = ours[f"blocks.{stage * per_stage + local}.{ours_name}.{kind}"]
-                    for body, part in zip(bodies, split_tensor_parallel(name, whole, tp)):
-                        body[name] = part
-        if stage == pp - 1:
-            for body in bodies:
-                for kind in ("weight", "bias"):
-                    body[f"{GPT2.megatron_final_norm}.{kind}"] = ours[f"norm_f.{kind}"]
-        for t, body in enumerate(bodies):
-            language_model = {"encoder": body}
-            model_state = {"language_model": language_model}
-            if stage == 0:
-                language_model["embedding"] = {"word_embeddings": {"weight": words.chunk(tp)[t].clone()},
-                                               "position_embeddings": {"weight": ours["wpe.weight"]}}
-            if stage == pp - 1 and pp > 1:  # the last stage's copy of the tied embedding
-                model_state["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t].clone()}
-            shard = tmp / folder_name / (f"mp_rank_{t:02d}" + (f"_{stage:03d}" if pp > 1 else ""))
-            shard.mkdir(parents=True)
-            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 0 if iteration == "release" else iteration,
-                        "model": model_state}, shard / STATE)
-    (tmp / TRACKER).write_text(f"{iteration}")
-    if output.exists():
-        shutil.rmtree(output)
-    tmp.rename(output)
+    with atomic_folder(output) as tmp:
+        write_shards(tmp / folder_name, ours, words, args, tp, pp, 0 if iteration == "release" else iteration)
+        (tmp / TRACKER).write_text(f"{iteration}")
     return {"parameters": model.num_parameters(), "tp": tp, "pp": pp, "padded_vocab_size": padded, "vocab_size": vocab,
             "iteration": iteration, "output": str(output)}

@@ -16,7 +16,7 @@ from textmill.trainer.model import GPT
 
 def checked_model(model_config: GPTConfig, state: dict, source: Path) -> GPT:
     """The model holding `state`: every name and shape checked against the config, one error line if not."""
-    model = GPT(model_config)
+    model = GPT.for_loading(model_config)
     try:
         model.load_state_dict(state)
     except (KeyError, RuntimeError) as exc:

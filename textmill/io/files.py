@@ -1,5 +1,5 @@
 """Files every room writes and reads back: written under a temporary name and renamed into place when
-whole (`atomic_path`, `write_json`), read back with damage reported in one line (`read_json_record`),
+whole (`atomic_path`, `write_json`; a folder: `atomic_folder`), read back with damage reported in one line (`read_json_record`),
 fingerprinted (`file_fingerprint`), and JSON lines read with every bad line named (`iter_json_lines`). A
 path in a store's mirror is fetched before it is read (textmill.io.store). Imports nothing else of textmill."""
 
@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import zlib
 from contextlib import contextmanager
@@ -38,6 +39,33 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def empty_folder_beside(path: Path) -> Path:
+    """`.NAME.tmp` beside `path`, empty: where a folder is written before it takes `path`'s place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def replace_folder(tmp: Path, path: Path) -> None:
+    """The finished folder `tmp` in `path`'s place (an older `path` removed first): a reader finds the old
+    folder or the new one, never a part of either."""
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """Yield an empty folder beside `path`; when the block ends without an error it replaces `path`."""
+    tmp = empty_folder_beside(path)
+    try:
+        yield tmp
+        replace_folder(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # Process-wide: the damaged files this process has reported already (each is said once, however often read).

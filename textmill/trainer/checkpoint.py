@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import pickle
 import re
-import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path
+from textmill.io.files import atomic_path, empty_folder_beside, replace_folder
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = Path("mp_rank_00") / "model_optim_rng.pt"
@@ -187,11 +185,10 @@ def start_checkpoint(root: Path, iteration: int, meta: dict, tensors: dict, grou
 def prepare_checkpoint(root: Path, iteration: int | str, meta: dict) -> tuple[Path, Path, dict]:
     """The checkpoint's folder, the hidden folder it is written in first, and its metadata."""
     final = checkpoint_dir(root, iteration)
-    tmp = root / f".{final.name}.tmp"
+    tmp = final.with_name(f".{final.name}.tmp")
     meta = {**meta, "checkpoint_version": CHECKPOINT_VERSION, "iteration": 0 if iteration == "release" else iteration}
     if is_writer():
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        empty_folder_beside(final)
     barrier()
     return final, tmp, meta
 
@@ -201,9 +198,7 @@ def publish_checkpoint(root: Path, iteration: int | str, meta: dict, tmp: Path, 
     barrier()
     if is_writer():
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_folder(tmp, final)
         with atomic_path(root / TRACKER) as t:
             t.write_text(f"{iteration}\n")
     barrier()
@@ -321,7 +316,7 @@ def load_model(root: Path, device: str | torch.device = "cpu"):
     ckpt = load_checkpoint(root)
     if ckpt is None:
         raise TextmillError(f"{root}: no checkpoint here ({TRACKER} is missing)")
-    model = GPT(ckpt.model_config())
+    model = GPT.for_loading(ckpt.model_config())
     model.load_state_dict(ckpt.load_into({"model": model.state_dict()})["model"])
     return model.to(device).eval(), ckpt
 

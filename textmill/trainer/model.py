@@ -272,12 +272,25 @@ class GPT(nn.Module):
     def materialize(self, device: torch.device, seed: int) -> None:
         """Storage on `device` and initial values for a model built on the meta device, after it was cut
         into pipeline stages and sharded there: each rank allocates only the parts it holds."""
-        self.to_empty(device=device)
+        self.allocate(device)
         self.reset_parameters(seed)
+
+    def allocate(self, device: torch.device) -> None:
+        """Storage on `device` for a model built on the meta device, the weights left for a checkpoint to fill
+        (drawing them first would cost as long as a large model takes to read); the RoPE tables computed."""
+        self.to_empty(device=device)
         if self.config.position_embedding == "rope":
             with torch.no_grad():  # made on the CPU, as in __init__: the same tables on every device
                 for buffer, table in zip((self.rope_cos, self.rope_sin), rope_tables(self.config)):
                     buffer.copy_(table)
+
+    @classmethod
+    def for_loading(cls, config: GPTConfig) -> "GPT":
+        """A model on the CPU whose weights are about to be loaded: no random values drawn."""
+        with torch.device("meta"):
+            model = cls(config)
+        model.allocate(torch.device("cpu"))
+        return model
 
     def output_weight(self) -> torch.Tensor:
         return self.wte.weight if self.lm_head is None else self.lm_head.weight

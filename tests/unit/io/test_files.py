@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from textmill.io.files import atomic_path, local_fingerprint, read_json_record, write_json
+from textmill.io.files import atomic_folder, atomic_path, local_fingerprint, read_json_record, write_json
 
 
 def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
@@ -19,6 +19,21 @@ def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
     assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'  # sorted keys: the same bytes each time
     assert [p.name for p in target.parent.iterdir()] == ["record.json"]
 
+
+def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
+    """An export or a checkpoint is written in a hidden folder that takes the old one's place only when
+    whole: a failure part-way leaves the old folder as it was, and no hidden folder behind."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_folder(tmp_path / "out") as tmp:
+            (tmp / "new.txt").write_text("half")
+            raise RuntimeError("killed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out" / "old.txt").exists()
+    with atomic_folder(tmp_path / "out") as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.txt"]
 
 def test_a_damaged_record_is_said_once_and_read_as_missing(tmp_path, capsys):
     assert read_json_record(tmp_path / "nothing.json", "its task will run again") is None
