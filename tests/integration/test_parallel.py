@@ -299,12 +299,14 @@ def build_growth(corpus, tmp_path, nproc, **settings) -> list[dict]:
     config = parallel_config(corpus, train_iters=1, num_layers=80, hidden_size=512, num_attention_heads=8, **settings)
     settings_file = config.write(tmp_path / f"build-{nproc}-{len(settings)}.json")
     script = str(Path(__file__).parents[1] / "support" / "build_memory.py")
-    command = [sys.executable, script, str(settings_file)]
+    results = tmp_path / f"growth-{nproc}-{len(settings)}"
+    results.mkdir()
+    command = [sys.executable, script, str(settings_file), str(results)]
     if nproc > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *command[1:]]
     r = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(p.read_text()) for p in sorted(results.glob("rank-*.json"))]
 
 
 @pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(use_distributed_optimizer=True)],

@@ -1,6 +1,6 @@
-"""Run by path, alone or under torchrun, with a TrainConfig file: builds that trainer and prints, as one JSON
-line per rank, how much host memory the rank's peak grew by while it was built (Linux: the peak resident
-set, VmHWM, reset just before)."""
+"""Run by path, alone or under torchrun, with a TrainConfig file and a folder: builds that trainer and writes
+FOLDER/rank-R.json, how much host memory the rank's peak grew by while it was built (Linux: the peak resident
+set, VmHWM, reset just before). A file per rank: lines the ranks print to one pipe can interleave."""
 
 import json
 import sys
@@ -23,7 +23,8 @@ def main() -> None:
     before = resident_peak()
     with training_session(config) as trainer:
         growth = resident_peak() - before
-        print(json.dumps({"rank": trainer.rank, "growth": growth, "parameters": trainer.num_parameters}), flush=True)
+        (Path(sys.argv[2]) / f"rank-{trainer.rank}.json").write_text(
+            json.dumps({"rank": trainer.rank, "growth": growth, "parameters": trainer.num_parameters}))
 
 
 if __name__ == "__main__":
