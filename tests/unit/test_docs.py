@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from support.files import REPOSITORY
 from textmill import __version__
 from textmill.cli import build_parser
 from textmill.pipeline.reasons import reasons_table
 from textmill.pipeline.stage_configs import ScrapeConfig
 from textmill.run_file import SETTINGS_PAGE, settings_reference
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 PAGES = [REPOSITORY / "README.md", REPOSITORY / "CONTRIBUTING.md", *sorted((REPOSITORY / "docs").glob("*.md"))]
 STOP = {"|", ">", ">>", "&&", ";", "&", "..."}
 

@@ -253,7 +253,8 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
     Megatron-LM checkpoint at `path`. `heads` stands in for `args` where the checkpoint has none (NVIDIA's
     345M release: 16 heads)."""
     folder, said = checkpoint_folder(path)
-    if is_dist_checkpoint(folder):  # whole tensors already: read as one shard
+    dist = is_dist_checkpoint(folder)
+    if dist:  # whole tensors already: read as one shard
         shards = {(0, 0): folder / COMMON}
         states = {(0, 0): {**read_megatron_file(shards[0, 0], model=False), "model": read_dist_model(folder)}}
     else:
@@ -291,7 +292,6 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
                  "max_position_embeddings": positions.shape[0], "ffn_hidden_size": ours["blocks.0.mlp.fc1.weight"].shape[0],
                  "activation": "gelu_tanh"}
     config = GPTConfig(vocab_size=words.shape[0], **{k: v for k, v in shape.items() if v is not None})
-    dist = is_dist_checkpoint(folder)
     read = {"folder": str(folder), "tracker": said, "checkpoint_version": version, "format": "torch_dist" if dist else "torch",
             # a torch_dist checkpoint is whole: the layout that wrote it is in its args
             "tensor_parallel": getattr(args, "tensor_model_parallel_size", None) if dist else tp,

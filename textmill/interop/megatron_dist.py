@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 
 import torch
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import read_dcp_metadata, verified_reader
+from textmill.trainer.checkpoint import load_dcp, read_dcp_metadata
 
 COMMON = "common.pt"
 # The model's own entries; the optimizer's are under "optimizer.", and the output layer is the word embedding
@@ -42,7 +41,6 @@ def is_dist_checkpoint(folder: Path) -> bool:
 def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
     """The model tensors of the torch_dist checkpoint in `folder`, named as Megatron-core's GPTModel names
     them in its state dict (`decoder.layers.3.self_attention.linear_qkv.weight`)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     try:
@@ -58,13 +56,7 @@ def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
               if name.startswith(MODEL_PREFIXES) and isinstance(entry, TensorStorageMetadata)}
     if not any(name.startswith("decoder.") for name in wanted):
         raise TextmillError(f"{folder}: no decoder.* tensors in it: not a Megatron-core GPT checkpoint")
-    try:
-        with warnings.catch_warnings():  # DCP warns when it reads in one plain process, which is intended
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(wanted, storage_reader=verified_reader(folder, foreign=True))
-    except Exception as exc:  # DCP wraps failures in CheckpointException
-        raise TextmillError(f"{folder}: its tensors cannot be read ({type(exc).__name__}: "
-                            f"{str(exc).strip().splitlines()[-1][:300]})") from None
+    load_dcp(folder, wanted, foreign=True)
     model = {}
     for name, tensor in wanted.items():
         if name.startswith("decoder.layers.") and not PER_LAYER.match(name):

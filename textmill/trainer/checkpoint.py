@@ -123,6 +123,21 @@ def verified_reader(folder: Path, foreign: bool = False):
     return VerifiedReader(folder)
 
 
+def load_dcp(folder: Path, template: dict, foreign: bool = False) -> dict:
+    """Fill `template` from the torch.distributed.checkpoint folder `folder`, its metadata checked first
+    (verified_reader); a failure is one error line."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        with warnings.catch_warnings():  # DCP warns when it reads in one plain process, which is intended
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(template, storage_reader=verified_reader(folder, foreign))
+    except Exception as exc:  # DCP wraps per-rank failures in CheckpointException
+        raise TextmillError(f"{folder}: cannot be read into this model ({type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[-1][:300]})") from None
+    return template
+
+
 def checkpoint_dir(root: Path, iteration: int | str) -> Path:
     return root / ("release" if iteration == "release" else f"iter_{iteration:07d}")
 
@@ -251,16 +266,7 @@ class Checkpoint:
                 return pick(self.full, template)
             except KeyError as exc:
                 raise TextmillError(f"{self.path}: has no {exc.args[0]!r} for this model") from None
-        import torch.distributed.checkpoint as dcp
-
-        try:
-            with warnings.catch_warnings():  # DCP warns when it reads in one plain process, which is intended
-                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load(template, storage_reader=verified_reader(self.path))
-        except Exception as exc:  # DCP wraps per-rank failures in CheckpointException
-            raise TextmillError(f"{self.path}: cannot be read into this model ({type(exc).__name__}: "
-                                f"{str(exc).strip().splitlines()[-1][:300]})") from None
-        return template
+        return load_dcp(self.path, template)
 
 
 def pick(stored: dict, template: dict) -> dict:
