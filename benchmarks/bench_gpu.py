@@ -2,7 +2,7 @@
 autocast, its fused loss, torch's fused AdamW) against transformers' model of the same shape compiled
 with torch.compile, under the same autocast and the same optimizer, in one run.
 
-    python benchmarks/bench_gpu.py [--config NAME ...] [--steps N] [--warmup N] [--device cuda|cpu]
+    python benchmarks/bench_gpu.py [--config NAME ...] [--steps N] [--warmup N] [--device cuda|cpu] [--quick]
 
 Configurations on a GPU: GPT-2 124M and 345M (GPT2LMHeadModel) and a 1.1B LLaMA shape (TinyLlama's: GQA
 with 4 key/value groups, RoPE, SwiGLU, RMSNorm; LlamaForCausalLM). On a CPU, small ones of both families.
@@ -10,7 +10,8 @@ A step is forward, loss, backward, gradient clipping and the optimizer step; the
 step by step after the warm-up (compilation happens there), so drift hits both alike. Printed per model:
 median ms per step, tokens/s, MFU (model FLOPs of textmill.trainer.model.training_flops over the
 device's dense bf16 peak, textmill.trainer.device), peak memory (GPU), and for textmill's step the time
-by kind of kernel from torch.profiler (matrix products, attention, collectives, the rest).
+by kind of kernel from torch.profiler (matrix products, attention, collectives, the rest); then each GPU
+configuration against its targets: MFU (TARGET_MFU) and at least transformers' tokens/s.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ GPU_CONFIGS = {
     "LLaMA 1.1B": (dict(vocab_size=32000, num_layers=22, hidden_size=2048, num_attention_heads=32, num_query_groups=4,
                         ffn_hidden_size=5632, **LLAMA), 4, 2048),
 }
+# The MFU each GPU configuration should reach (bf16, compiled blocks): the goals of issue 44, to measure against.
+TARGET_MFU = {"GPT-2 124M": 0.30, "GPT-2 345M": 0.40, "LLaMA 1.1B": 0.40}
 CPU_CONFIGS = {
     "small GPT-2": (dict(vocab_size=512, num_layers=2, hidden_size=128, num_attention_heads=4), 4, 128),
     "small LLaMA": (dict(vocab_size=512, num_layers=2, hidden_size=128, num_attention_heads=4, num_query_groups=2,
@@ -144,7 +147,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation happens there)")
     parser.add_argument("--steps", type=int, default=100, help="timed steps of each model")
     parser.add_argument("--compile", action="store_true", help="on a CPU, compile both models too (default on GPUs)")
+    parser.add_argument("--quick", action="store_true", help="the first configuration alone, 20 steps after 3")
     args = parser.parse_args()
+    if args.quick:
+        args.config, args.steps, args.warmup = args.config or [next(iter(configs))], 20, 3
     device = torch.device(args.device)
     compile_models = device.type == "cuda" or args.compile
     peak = device_peak_tflops(device, None, torch.bfloat16)
@@ -154,7 +160,7 @@ def main() -> None:
           f"peak {peak or 'unknown'} TFLOP/s\n")
     print("| configuration | parameters | tokens/step | model | ms/step | tokens/s | MFU | peak memory GiB | "
           "vs transformers |\n|---|---:|---:|---|---:|---:|---:|---:|---:|")
-    shares = {}
+    shares, verdicts = {}, []
     for label in args.config or configs:
         keywords, batch, seq = configs[label]
         r = measure(keywords, batch, seq, args.warmup, args.steps, device, compile_models)
@@ -165,11 +171,18 @@ def main() -> None:
             print(f"| {label}, {batch} x {seq} | {r['params']:,} | {r['tokens']:,} | {model} | {1000 * s:.1f} | "
                   f"{r['tokens'] / s:,.0f} | {mfu} | {memory} | {r['seconds']['transformers'] / s:.2f}x |", flush=True)
         shares[label] = r["breakdown"]
+        if peak and label in TARGET_MFU:
+            mfu, speed = r["flops"] / r["seconds"]["textmill"] / 1e12 / peak, r["seconds"]["transformers"] / r["seconds"]["textmill"]
+            verdicts.append(f"- {label}: MFU {mfu:.1%} against the target {TARGET_MFU[label]:.0%}: "
+                            f"{'met' if mfu >= TARGET_MFU[label] else 'NOT met'}; tokens/s {speed:.2f}x transformers': "
+                            f"{'met' if speed >= 1 else 'NOT met'}")
     print("\ntextmill's step by kind of kernel (share of device time; on a CPU, of operator time):\n")
     kinds = sorted({k for b in shares.values() for k in b})
     print("| configuration | " + " | ".join(kinds) + " |\n|---|" + "---:|" * len(kinds))
     for label, b in shares.items():
         print(f"| {label} | " + " | ".join(f"{b.get(k, 0):.0%}" for k in kinds) + " |")
+    if verdicts:
+        print("\nTargets (bf16, compiled):\n\n" + "\n".join(verdicts))
 
 
 if __name__ == "__main__":

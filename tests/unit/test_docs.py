@@ -122,3 +122,13 @@ def test_no_help_text_carries_a_version_or_an_extractor_written_by_hand():
     for prog in ("textmill", "textmill scrape"):
         said = re.search(r"extract title and\s+text \(with (\w+)", helps[prog])
         assert said and said.group(1) == default, f"{prog} --help does not name the default extractor, {default}"
+
+
+def test_the_printed_activation_estimate_is_the_one_the_code_computes():
+    """docs/training.md's GPT-2 124M command (micro-batch 32 x 1024 tokens); tests/gpu/test_memory.py measures it."""
+    from textmill.trainer.gpt_config import GPTConfig
+    from textmill.trainer.model import activation_bytes
+
+    config = GPTConfig(vocab_size=50304, num_layers=12, hidden_size=768, num_attention_heads=12, max_position_embeddings=1024)
+    printed = re.search(r"about (\d+) GB of\s+#?\s*activations", (REPOSITORY / "docs" / "training.md").read_text())
+    assert printed and int(printed.group(1)) == round(activation_bytes(config, 32, 1024) / 1e9)

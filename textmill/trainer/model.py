@@ -348,3 +348,11 @@ def training_flops(config: GPTConfig, batch: int, seq_len: int) -> float:
     kv = 2 * config.kv_heads * config.head_dim  # key and value widths (2h without grouped-query attention)
     forward = L * (2 * B * s * h * (2 * h + kv) + 4 * B * s * s * h + 2 * B * s * h * f * m) + 2 * B * s * h * V
     return 3.0 * forward
+
+
+def activation_bytes(config: GPTConfig, batch: int, seq_len: int) -> float:
+    """Bytes the forward pass of one micro-batch keeps for the backward pass, in 16-bit compute (Korthikanti
+    et al. 2022, eq. 2): 34 s b h per layer (attention 11, MLP 19, norms 4; dropout masks one byte a value).
+    Their 5 a s^2 b term, the attention scores, is left out: SDPA's flash kernel keeps none. The loss keeps no
+    logits (trainer/loss.py), so the layers are the whole estimate."""
+    return 34.0 * seq_len * batch * config.hidden_size * config.num_layers

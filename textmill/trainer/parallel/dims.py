@@ -81,6 +81,11 @@ def world_from_env() -> tuple[int, int, int]:
     return int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
 
 
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process (it names the run in the environment), even as a world of one."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
 def init_distributed(device: torch.device, timeout_minutes: float) -> None:
     """Join torchrun's process group: NCCL on GPUs, gloo on CPUs. Collectives time out rather than hang
     when a peer is lost."""
@@ -102,12 +107,14 @@ def build_mesh(dims: ParallelDims, device: torch.device):
 
 @contextmanager
 def distributed_session(dims: ParallelDims, device: torch.device, timeout_minutes: float) -> Iterator:
-    """The process group and mesh of `dims` for the block (None for one process). Leaving, a clean exit
-    after success and an immediate one after a failure (`shutdown`)."""
+    """The process group and mesh of `dims` for the block (no mesh for one process). A process torchrun
+    started joins its process group even alone, as Megatron's do, so one GPU under torchrun starts NCCL as
+    eight do. Leaving, a clean exit after success and an immediate one after a failure (`shutdown`)."""
     try:
         mesh = None
-        if dims.distributed:
+        if dims.distributed or launched_by_torchrun():
             init_distributed(device, timeout_minutes)
+        if dims.distributed:
             mesh = build_mesh(dims, device)
         yield mesh
     except BaseException:
