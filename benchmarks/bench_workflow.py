@@ -7,7 +7,9 @@ blacklist's time grows with the number of URL-list files, and the graph of ONE b
 Part 1 writes --files URL-list files (generated URLs, --urls-per-file each) and a run config without
 training, then in a fresh process walks the whole graph the way `textmill status` does (every task's key,
 requirements and completeness); the ratio is the time per task against the smallest graph's: at or
-below 1.0, the work grows no faster than the number of files (fixed costs spread over more tasks).
+below 1.0, the work grows no faster than the number of files (fixed costs spread over more tasks). Each
+graph is walked again with [tokenize] naming GPT-2's vocabulary (the repository's tests/data copy), as a
+run that counts tokens exactly does; the last column is that walk's time over the walk without.
 Part 2 runs every blacklist step (a check per file, the duplicates per partition of the URL ids, a shard
 per file) in one process for --chain / 4 and --chain files; a ratio per file near 1.0 is linear growth.
 Part 3 writes one list of --big-list URLs (Megatron's clean_urls.txt is about 20 million) and, for each
@@ -28,6 +30,8 @@ import time
 from pathlib import Path
 
 CONFIG = '[run]\nwork_dir = "work"\nurls = ["urls"]\n[train]\nenabled = false\n'
+TEST_DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+VOCABULARY = f'[tokenize]\nvocab_file = "{TEST_DATA / "gpt2-vocab.json"}"\nmerge_file = "{TEST_DATA / "gpt2-merges.txt"}"\n'
 
 WALK = """
 import resource, sys, time
@@ -40,11 +44,13 @@ print(len(states), time.perf_counter() - started, resource.getrusage(resource.RU
 
 
 def write_run(root: Path, files: int, urls_per_file: int) -> Path:
+    """URL-list files and two run files over them: run.toml, and vocabulary.toml naming GPT-2's vocabulary."""
     (root / "urls").mkdir(parents=True)
     for i in range(files):
         lines = "".join(f"https://site{i % 97}.example.org/{i}/article-{j}.html\n" for j in range(urls_per_file))
         (root / "urls" / f"RS_{i:05d}.txt").write_text(lines)
     (root / "run.toml").write_text(CONFIG)
+    (root / "vocabulary.toml").write_text(CONFIG + VOCABULARY)
     return root / "run.toml"
 
 
@@ -99,14 +105,17 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         print("\n## Building and checking the graph (a fresh process, as `textmill status`)\n")
-        print("| URL files | tasks | seconds | ms per task | ratio per task |")
-        print("|---:|---:|---:|---:|---:|")
+        print("| URL files | tasks | seconds | ms per task | ratio per task | seconds, vocabulary named | with / without |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         base = None
         for files in args.files:
-            tasks, seconds, _ = walk(write_run(Path(tmp) / f"graph-{files}", files, args.urls_per_file))
+            config = write_run(Path(tmp) / f"graph-{files}", files, args.urls_per_file)
+            tasks, seconds, _ = walk(config)
+            _, named, _ = walk(config.with_name("vocabulary.toml"))
             per_task = 1000 * seconds / tasks
             base = base or per_task
-            print(f"| {files} | {tasks} | {seconds:.2f} | {per_task:.2f} | {per_task / base:.2f} |")
+            print(f"| {files} | {tasks} | {seconds:.2f} | {per_task:.2f} | {per_task / base:.2f} | {named:.2f} | "
+                  f"{named / seconds:.2f} |")
 
         print(f"\n## One URL list of {args.big_list:,} URLs (a fresh process each, as `textmill status`)\n")
         print("| urls_per_shard | units | tasks | seconds, list not yet cut | seconds, cut cached | largest RSS MB "

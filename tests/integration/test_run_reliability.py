@@ -113,6 +113,31 @@ def test_a_killed_run_leaves_no_lock_behind(tmp_path, site):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def test_a_run_with_two_workers_killed_mid_stage_leaves_nothing_working_and_nothing_locked(tmp_path, site):
+    """kill -9 of `textmill run --workers 2` while its worker processes run tasks: they end with it (none keeps
+    the work folder's lock or goes on writing), and the next run works in the folder and finishes."""
+    import psutil
+
+    config = make_run(tmp_path, site)
+    work = tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.monotonic() + 300, []
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = psutil.Process(proc.pid).children()
+        if len(workers) >= 2 and (work / "2-scrape").exists():  # tasks are running in the worker processes
+            break
+        time.sleep(0.05)
+    assert len(workers) >= 2 and proc.poll() is None, "the run ended before its workers were caught working"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, f"worker processes outlived the killed run: {[p.pid for p in alive]}"
+    r = run_cli("run", str(config), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    no_traceback(r)
+
+
 def test_a_deterministic_failure_is_tried_once_and_every_report_says_its_cause(tmp_path, site):
     config = make_run(tmp_path, site, train="true")
     config.write_text(config.read_text().replace('split = "90,10,0"', 'split = "0,100,0"'))

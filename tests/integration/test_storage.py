@@ -31,6 +31,8 @@ def s3(tmp_path_factory):
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    global REQUESTS
+    REQUESTS = server._server.app = RequestCount(server._server.app)  # its werkzeug server's application
     host, port = server.get_host_and_port()
     env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
            "AWS_DEFAULT_REGION": "us-east-1", "TEXTMILL_CACHE": str(tmp_path_factory.mktemp("cache"))}
@@ -97,6 +99,63 @@ def test_the_store_layer_fetches_what_changed_and_drops_what_the_store_lacks(s3,
         s3.pipe(f"layer/t/{name}", name.encode())
     tree = store.fetch_tree(store.local_path("s3://layer/t"))
     assert sorted(str(p.relative_to(tree)) for p in store.files_under_locally(tree)) == ["x/1.txt", "x/y/2.txt"]
+
+
+class RequestCount:
+    """The requests moto's server answers while the block runs, from every process (`lines`: method and path)."""
+
+    def __init__(self, app):
+        self.app, self.lines, self.counting = app, [], False
+
+    def __call__(self, environ, start_response):  # the server's WSGI application, counting
+        if self.counting:
+            self.lines.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}?{environ.get('QUERY_STRING', '')}")
+        return self.app(environ, start_response)
+
+    def __enter__(self):
+        self.lines, self.counting = [], True
+        return self
+
+    def __exit__(self, *exc):
+        self.counting = False
+
+
+def test_inside_listed_folders_a_folder_is_listed_once_and_what_is_written_joins_the_listing(s3, tmp_path):
+    s3.mkdir("listed")
+    for name in ("a", "b", "c"):
+        s3.pipe(f"listed/f/{name}.json", b"{}")
+    paths = {name: store.local_path(f"s3://listed/f/{name}.json") for name in ("a", "b", "c", "d")}
+    with REQUESTS as plain:
+        answers = [store.exists(p) for p in paths.values()]
+    plain = len(plain.lines)
+    with REQUESTS as listed, store.listed_folders():
+        assert [store.exists(p) for p in paths.values()] == answers == [True, True, True, False]
+        assert store.fetch(paths["a"]).read_text() == "{}"  # its version from the listing, then one download
+        paths["d"].write_text("[]")
+        store.publish([paths["d"]])
+        assert store.exists(paths["d"])
+        store.remove(paths["b"])
+        assert not store.exists(paths["b"])
+    # a LIST; a.json's GET; d.json's PUT and HEAD (its version); b.json's DELETE (the listing says it is there)
+    assert plain >= 4 and len(listed.lines) == 5, listed.lines
+    assert not store.exists(paths["b"]) and store.fetch(paths["d"]).read_text() == "[]"
+
+
+def test_a_walk_of_the_graph_on_s3_lists_each_folder_once_instead_of_asking_per_task(s3, tmp_path, site):
+    """`textmill status` of a run not yet started, its work folder on S3: the requests grow with the stages, not
+    with the tasks, each of which asked for its done file (a HEAD, then a LIST when it was not there): 203 tasks
+    made 794 requests before, 65 now."""
+    make_run(tmp_path, site)
+    upload_inputs(s3, tmp_path, "walk")
+    config = s3_config(tmp_path, "walk")
+    config.write_text(config.read_text().replace("[blacklist]", "[blacklist]\nurls_per_shard = 4", 1)
+                      if "[blacklist]" in config.read_text() else config.read_text() + "[blacklist]\nurls_per_shard = 4\n")
+    with REQUESTS as walk:
+        status = run_cli("status", str(config))
+    walk = len(walk.lines)
+    assert status.returncode == 0, status.stderr[-2000:]
+    tasks = int(re.search(r"(\d+) task\(s\)", status.stdout).group(1))
+    assert tasks > 100 and walk < tasks / 3, (tasks, walk)
 
 
 def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_copy(s3, tmp_path, site, finished_run):

@@ -7,6 +7,9 @@ keeps working on `Path`s, local and bounded by a shard; only this module talks t
 - `fetch(path)` makes the local copy of a mirrored path current (one metadata request; a download when
   the object changed) and returns the path; an object that is not in the store is FileNotFoundError, and
   a local copy of it is dropped, since nothing but the store says what is finished.
+- Inside `listed_folders()`, whether an object exists and which version the store holds are read from one
+  listing of its folder (a LIST request per 1,000 keys), taken the first time the folder is asked about,
+  instead of a request per object: a walk over thousands of tasks asks about thousands of done files.
 - `publish(paths)` uploads local files in the order given. Object stores have no rename, but each object
   appears whole or not at all, so the commit protocol is the order: a task publishes its data files
   first and its done file (manifest) last; a worker killed mid-upload leaves no done file, and the task
@@ -28,6 +31,8 @@ from typing import BinaryIO, Iterable, Iterator
 
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.+)$")
 OPTIONS: dict[str, dict] = {}  # fsspec storage options by protocol
+# While listed_folders() is active: (the roots' keys, {listed prefix: {object key: version}}), innermost last.
+LISTINGS: list[tuple[list[str], dict[str, dict[str, str]]]] = []
 
 
 def cache_root() -> Path:
@@ -89,9 +94,78 @@ def _version_file(path: Path) -> Path:
     return path.with_name(f".{path.name}.version")
 
 
+def version_of(info: dict) -> str:
+    """An object's version as the store describes it, the same whether a HEAD or a LIST did (the two describe
+    an object with different fields): its entity tag (S3, Azure), generation (GCS) or, failing those, its
+    modification time, and its size."""
+    tag = next((info[k] for k in ("ETag", "etag", "generation", "md5Hash") if info.get(k)), None)
+    return f"{tag or info.get('LastModified') or info.get('mtime') or info.get('created')}:{info.get('size')}"
+
+
+@contextmanager
+def listed_folders(*roots: Path) -> Iterator[None]:
+    """Inside, existence and versions come from listings (what the block writes or removes is kept in them): a
+    file under one of `roots` (WORK) from one recursive listing of its top folder there (a stage: the keyed
+    folders of all its tasks at once), a file elsewhere from a listing of its own folder. The answers are as
+    fresh as the listings, so use it for walks over many tasks, and ask the store itself (outside) where a
+    stale answer would matter. A block inside another shares its listings and adds its roots."""
+    keys = [filesystem(url)[1] for url in map(url_of, roots) if url is not None]
+    outer_roots, listings = LISTINGS[-1] if LISTINGS else ([], {})
+    LISTINGS.append(([*outer_roots, *keys], listings))
+    try:
+        yield
+    finally:
+        LISTINGS.pop()
+
+
+def _covering(key: str) -> tuple[str, bool]:
+    """The prefix whose listing answers for `key` inside listed_folders(), and whether it is listed recursively."""
+    for root in LISTINGS[-1][0]:
+        if key.startswith(root + "/"):
+            top, _, rest = key[len(root) + 1:].partition("/")
+            return (f"{root}/{top}", True) if rest else (root, False)
+    return key.rsplit("/", 1)[0], False
+
+
+def _listing(fs, key: str) -> dict[str, str] | None:
+    """The versions of the objects of the listing that answers for `key`, listed once inside listed_folders();
+    None outside."""
+    if not LISTINGS:
+        return None
+    prefix, recursive = _covering(key)
+    listings = LISTINGS[-1][1]
+    if prefix not in listings:
+        fs.invalidate_cache(prefix)
+        try:
+            entries = fs.find(prefix, maxdepth=None if recursive else 1, detail=True).values()
+        except FileNotFoundError:
+            entries = []
+        listings[prefix] = {entry["name"]: version_of(entry) for entry in entries if entry.get("type") == "file"}
+    return listings[prefix]
+
+
 def _version(fs, key: str) -> str:
+    """The store's version of an object (FileNotFoundError when it has none)."""
+    listing = _listing(fs, key)
+    if listing is not None:
+        if key not in listing:
+            raise FileNotFoundError(key)
+        return listing[key]
     fs.invalidate_cache(key)
-    return str(fs.ukey(key))  # fsspec's "has this object changed" key: a hash of the object's metadata
+    info = fs.info(key)
+    if info["type"] != "file":
+        raise FileNotFoundError(key)
+    return version_of(info)
+
+
+def _listed(key: str, version: str | None) -> None:
+    """What this process wrote (its version) or removed (None), kept in the listing that answers for it."""
+    listing = LISTINGS[-1][1].get(_covering(key)[0]) if LISTINGS else None
+    if listing is not None:
+        if version is None:
+            listing.pop(key, None)
+        else:
+            listing[key] = version
 
 
 def _record_version(path: Path, version: str) -> None:
@@ -151,8 +225,11 @@ def exists(path: Path) -> bool:
     if url is None:
         return path.exists()
     fs, key = filesystem(url)
-    fs.invalidate_cache(key)
-    return fs.isfile(key)
+    try:
+        _version(fs, key)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def publish(paths: Iterable[Path]) -> None:
@@ -163,7 +240,10 @@ def publish(paths: Iterable[Path]) -> None:
             continue
         fs, key = filesystem(url)
         fs.put_file(str(path), key)
-        _record_version(path, _version(fs, key))
+        fs.invalidate_cache(key)
+        version = version_of(fs.info(key))
+        _record_version(path, version)
+        _listed(key, version)
 
 
 def remove(path: Path) -> None:
@@ -172,8 +252,9 @@ def remove(path: Path) -> None:
     url = url_of(path)
     if url is not None:
         fs, key = filesystem(url)
-        if fs.isfile(key):
+        if exists(path):
             fs.rm_file(key)
+            _listed(key, None)
         _version_file(path).unlink(missing_ok=True)
 
 

@@ -37,6 +37,14 @@ def is_hf_tokenizer_folder(folder: Path) -> bool:
     return (Path(folder) / "tokenizer.json").is_file()
 
 
+def folder_tokenizer_files(folder: Path) -> tuple[Path, ...]:
+    """The files of TOKENIZER_FILES a tokenizer folder holds, tokenizer.json first; one error line if it has none."""
+    if not is_hf_tokenizer_folder(folder):
+        raise TextmillError(f"--tokenizer-model {folder}: no tokenizer.json there (a Hugging Face tokenizer "
+                            "folder, as save_pretrained writes it; nothing is downloaded)")
+    return tuple(Path(folder) / name for name in TOKENIZER_FILES if (Path(folder) / name).is_file())
+
+
 class HFTokenizer:
     """The tokenizer of a local Hugging Face tokenizer folder, with GPT2Tokenizer's interface."""
 
@@ -44,15 +52,12 @@ class HFTokenizer:
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
-        if not is_hf_tokenizer_folder(self.folder):
-            raise TextmillError(f"--tokenizer-model {folder}: no tokenizer.json there (a Hugging Face tokenizer "
-                                "folder, as save_pretrained writes it; nothing is downloaded)")
+        self.files = folder_tokenizer_files(self.folder)
         try:
             self._tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         except Exception as exc:  # the Rust library's own error type
             raise TextmillError(f"{self.folder / 'tokenizer.json'}: not a tokenizer the tokenizers library reads "
                                 f"({str(exc).splitlines()[0][:200]})") from None
-        self.files = tuple(self.folder / name for name in TOKENIZER_FILES if (self.folder / name).is_file())
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         eos = self.special_token("eos_token")
         self.eod = self._tokenizer.token_to_id(eos) if eos else None

@@ -46,3 +46,11 @@ class TokenizeConfig(Settings):
         from textmill.tokenizers.files import open_tokenizer
 
         return open_tokenizer(self.vocab_file, self.merge_file, self.tokenizer_model)
+
+    def given_files(self) -> tuple[Path, ...]:
+        """The files of the tokenizer these settings name, without loading it (empty: none named)."""
+        from textmill.tokenizers.hf import folder_tokenizer_files
+
+        if self.tokenizer_model is not None:
+            return folder_tokenizer_files(self.tokenizer_model)
+        return (self.vocab_file, self.merge_file) if self.vocab_file is not None else ()

@@ -30,10 +30,11 @@ from textmill.workflows.corpus_tasks import (
     QualityShard,
     ScrapeShard,
 )
-from textmill.workflows.framework import RunTask, graph, input_files, num_shards
+from textmill.workflows.framework import RunTask, graph, input_files, num_shards, warm
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, upgrade_work_layout, work_lock
 from textmill.workflows.shuffle_tasks import Decontaminate, Shuffle
+from textmill.workflows.workers import build
 
 COMMAND_BUSY = "another textmill command is working in {work} ({holder}); wait for it to finish"
 
@@ -65,8 +66,9 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         targets = stage_targets(config)
         configure_luigi()
         started = time.time()
-        luigi.build(targets, workers=workers, local_scheduler=True, log_level="CRITICAL",
-                    worker_scheduler_factory=Schedulers())
+        if workers > 1:
+            warm(targets)
+        build(targets, workers, None, Schedulers(), log_level="CRITICAL")
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)

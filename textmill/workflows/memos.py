@@ -30,7 +30,7 @@ def forget() -> None:
     list changed in place, inside a folder whose own time did not change, is read again)."""
     for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS):
         memo.clear()
-    for cached in (_read_config, listed_inputs, listed_units):
+    for cached in (_read_config, listed_inputs, listed_units, given_tokenizer):
         cached.cache_clear()
 
 
@@ -73,3 +73,9 @@ def listed_units(urls: tuple[Path, ...], stamps: tuple, url_lists: bool, urls_pe
     if not documents_per_shard:
         return files
     return tuple(unit for path in files for unit in document_units(path, documents_per_shard))
+
+
+@functools.lru_cache(maxsize=4)
+def given_tokenizer(tokenize):
+    """The tokenizer a TokenizeConfig names, loaded once per process (every cleaned unit counts tokens with it)."""
+    return tokenize.given_tokenizer()

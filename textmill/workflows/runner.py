@@ -21,11 +21,12 @@ import luigi.worker
 
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.files import atomic_path, read_json_record, write_json
-from textmill.io.store import fetch, publish, remove, url_of
+from textmill.io.store import fetch, listed_folders, publish, remove, url_of
 from textmill.pipeline.shards import manifest_path, upgrade_layout
-from textmill.workflows.framework import RunTask, graph
+from textmill.workflows.framework import RunTask, graph, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
+from textmill.workflows.workers import HELD_LOCKS, build
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
@@ -33,11 +34,31 @@ RUNS = "runs"
 
 
 class FailFastWorker(luigi.worker.Worker):
-    """A Luigi worker that, when a task fails deterministically (bad input or settings: its failure record
+    """A Luigi worker that schedules each task once, and, when a task fails deterministically (bad input or settings: its failure record
     says so), marks it disabled right after reporting the failure, so the scheduler does not retry what
     would fail the same way. The scheduler judges a failure by the retry policy it got when the task was
     scheduled, before anyone knew the failure, hence this second report. A task disabled by a worker
     becomes pending again when the next run schedules it, on luigid too."""
+
+    scheduling = True  # until run(): the targets of the build are being scheduled
+
+    def _add(self, task, is_complete):
+        """Luigi walks each target's requirements anew, so the targets of one build (a stage command's shards,
+        the run's damaged tasks) scheduled what they share once per target: an add_task each time, an HTTP
+        request on a central scheduler. Here, while the targets are scheduled, a task already scheduled is not
+        scheduled again; once tasks run, what they add (requirements found missing, or yielded) is, as in Luigi."""
+        if not (self.scheduling and task.task_id in self._scheduled_tasks):
+            yield from super()._add(task, is_complete)
+
+    def run(self):
+        self.scheduling = False
+        return super().run()
+
+    def add(self, *args, **kwargs):
+        """Scheduling asks every task of the graph whether it is done: in a store, each folder is listed once
+        for the walk, not asked about a task at a time (store.listed_folders)."""
+        with listed_folders(*work_folders([args[0] if args else kwargs["task"]])):
+            return super().add(*args, **kwargs)
 
     def _add_task(self, *args, **kwargs):
         super()._add_task(*args, **kwargs)
@@ -165,7 +186,8 @@ RUN_BUSY = ("another `textmill run` is working in {work} ({holder}); wait for it
 def work_lock(work: Path, busy: str = RUN_BUSY) -> Iterator[None]:
     """Hold WORK/.textmill/run.lock while a run without a central scheduler (or a stage command) works in
     WORK: a second one refuses at once, in one line (`busy`), rather than sharing scrape journals and
-    temporary files. The kernel drops the lock with the process, so a killed run leaves nothing to clean."""
+    temporary files. The kernel drops the lock with the process (its forked workers hold no copy), so a killed
+    run leaves nothing to clean."""
     path = work / ".textmill" / "run.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +206,11 @@ def work_lock(work: Path, busy: str = RUN_BUSY) -> Iterator[None]:
         lock.truncate()
         lock.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         lock.flush()
-        yield
+        HELD_LOCKS.add(lock.fileno())  # a process forked while it is held closes its copy (workers.py)
+        try:
+            yield
+        finally:
+            HELD_LOCKS.discard(lock.fileno())
 
 
 def upgrade_work_layout(work: Path) -> None:
@@ -206,27 +232,29 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
     config = Path(config).resolve()
     forget()
     if scheduler_url:
-        return build_and_record(config, workers, {"scheduler_url": scheduler_url})
+        return build_and_record(config, workers, scheduler_url)
     work = run_config(str(config)).run.work_dir
     with work_lock(work):
         upgrade_work_layout(work)
-        return build_and_record(config, workers, {"local_scheduler": True})
+        return build_and_record(config, workers, None)
 
 
-def build_and_record(config: Path, workers: int, scheduler: dict) -> RunResult:
+def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> RunResult:
     configure_luigi()
     name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
     target = EndToEnd(str(config))
     # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
     # would not look at it): its record is rebuilt rather than missing from every later report.
-    damaged = [task for task in run_graph(config) if isinstance(task, RunTask) and task.output().done.exists()
-               and not task.complete()]
-    result = luigi.build([target, *damaged], workers=workers, detailed_summary=True, log_level="WARNING",
-                         worker_scheduler_factory=Schedulers(), **scheduler)
+    with listed_folders(run_config(str(config)).run.work_dir):
+        damaged = [task for task in run_graph(config) if isinstance(task, RunTask) and task.output().done.exists()
+                   and not task.complete()]
+    if workers > 1:
+        warm([target])
+    summary = build([target, *damaged], workers, scheduler_url, Schedulers(), log_level="WARNING")
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
     ok = target.complete()
     record = run_record(config, name, started_at, time.perf_counter() - started, ok)
-    return RunResult(ok, result.summary_text, record, record_run(config, record))
+    return RunResult(ok, summary, record, record_run(config, record))
 
 
 def run_graph(config: Path) -> list[luigi.Task]:
@@ -240,13 +268,14 @@ def task_states(config: Path) -> list[dict]:
     recorded."""
     forget()
     states = []
-    for task in run_graph(config):
-        state, reason = ("done" if task.complete() else "pending"), None
-        record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
-        if record:
-            state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
-        states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()", "state": state,
-                       "reason": reason})
+    with listed_folders(run_config(str(config)).run.work_dir):  # each stage's folder of the store listed once
+        for task in run_graph(config):
+            state, reason = ("done" if task.complete() else "pending"), None
+            record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
+            if record:
+                state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
+            states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()",
+                           "state": state, "reason": reason})
     return states
 
 
@@ -345,7 +374,13 @@ def earlier_histograms(work: Path, dataset: str) -> dict | None:
 
 
 def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
-    """What the run made, for run.json, the results table and report.html."""
+    """What the run made, for run.json, the results table and report.html (each folder of the store listed
+    once for it: store.listed_folders)."""
+    with listed_folders(run_config(str(config)).run.work_dir):
+        return read_run_record(config, name, started_at, seconds, ok)
+
+
+def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
     from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
 
     config = str(config)

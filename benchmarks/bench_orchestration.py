@@ -1,0 +1,143 @@
+"""What coordinating a run costs before and around its work, with WORK on an S3 server (moto's, on 127.0.0.1).
+
+    python benchmarks/bench_orchestration.py [--units 500 2000] [--workers 1 2]
+
+For each graph size: one URL list of --units lines cut one URL a unit ([blacklist] urls_per_shard = 1, so each
+task is no bigger than its coordination), WORK in a bucket of the S3 server.
+1. `textmill run --workers N` from a cold cache, stopped once its first task has written to WORK: S3 requests
+   and seconds until then (the server counts the requests of every process), per task of the graph.
+2. `textmill status` of the same run: requests and seconds of one walk of the graph.
+3. Luigi's scheduler in this process (what luigid runs, with textmill's settings), every task of the graph added
+   as a worker adds them: microseconds per add_task, and per get_work (median of 20 calls by the worker that
+   added them, each handing it one more task): luigid is one thread, so 1 / get_work is the most tasks a second it hands out to all machines
+   together; then the arithmetic for 64 machines registering the graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+class Counting:
+    """moto's WSGI application, counting requests (method, path) in order."""
+
+    def __init__(self, app):
+        self.app, self.requests = app, []
+
+    def __call__(self, environ, start_response):
+        self.requests.append((environ["REQUEST_METHOD"], environ["PATH_INFO"]))
+        return self.app(environ, start_response)
+
+
+def s3_server() -> tuple[Counting, dict]:
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    counting = server._server.app = Counting(server._server.app)
+    host, port = server.get_host_and_port()
+    return counting, {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+                      "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def write_run(root: Path, units: int, bucket: str, env: dict) -> Path:
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]},
+                           key="test", secret="test")
+    fs.mkdir(bucket)
+    urls = "".join(f"http://127.0.0.1:9/site{i % 97}/article-{i}.html\n" for i in range(units))
+    fs.pipe(f"{bucket}/input/urls/list.txt", urls.encode())
+    config = root / "run.toml"
+    config.write_text(f'[run]\nwork_dir = "s3://{bucket}/work"\nurls = ["s3://{bucket}/input/urls"]\n'
+                      '[blacklist]\nurls_per_shard = 1\n[scrape]\nallow_private_addresses = true\n'
+                      '[train]\nenabled = false\n')
+    return config
+
+
+def until_first_task(config: Path, workers: int, counting: Counting, env: dict) -> tuple[int, float]:
+    """Requests and seconds from the start of `textmill run` until its first PUT into WORK (a task's output)."""
+    counting.requests.clear()
+    started = time.perf_counter()
+    run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", str(workers)],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while run.poll() is None:
+            puts = [i for i, (method, path) in enumerate(counting.requests) if method == "PUT" and "/work/" in path]
+            if puts:
+                return puts[0], time.perf_counter() - started
+            time.sleep(0.01)
+        raise RuntimeError(f"textmill run ended ({run.returncode}) before a task wrote anything")
+    finally:
+        run.kill()
+        run.wait()
+
+
+def scheduler_costs(config: Path) -> tuple[int, float, float]:
+    """(tasks, seconds per add_task, seconds per get_work) of Luigi's scheduler with the whole graph pending."""
+    import luigi.scheduler
+
+    from textmill.workflows.framework import graph
+    from textmill.workflows.model_tasks import EndToEnd
+    from textmill.workflows.runner import configure_luigi
+
+    configure_luigi()
+    tasks = graph([EndToEnd(str(config))])
+    scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
+    started = time.perf_counter()
+    for task in tasks:
+        scheduler.add_task(worker="w", task_id=task.task_id, status="PENDING", runnable=True,
+                           deps=[d.task_id for d in luigi.task.flatten(task.requires())], family=task.task_family)
+    add = (time.perf_counter() - started) / len(tasks)
+    calls = []
+    for _ in range(20):  # the worker that added the graph asks: each call hands it one more task
+        started = time.perf_counter()
+        scheduler.get_work(worker="w", host="h")
+        calls.append(time.perf_counter() - started)
+    return len(tasks), add, statistics.median(calls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--units", type=int, nargs="+", default=[500, 2000], help="units of the URL list")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker processes of textmill run")
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}\n")
+    counting, s3 = s3_server()
+    print("| units | tasks | workers | S3 requests before the first task | per task | seconds | status: requests "
+          "| status: seconds | add_task µs | get_work ms | tasks/s luigid hands out | 64 machines registering, min |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for units in args.units:
+            root = Path(tmp) / f"run-{units}"
+            root.mkdir()
+            env = {**os.environ, **s3}
+            config = write_run(root, units, f"bench-{units}", env)
+            os.environ.update(s3)
+            tasks, add, get_work = scheduler_costs(config)
+            counting.requests.clear()
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "textmill.cli", "status", str(config)],
+                           env={**env, "TEXTMILL_CACHE": str(root / "status-cache")}, capture_output=True, check=True)
+            walk, walk_s = len(counting.requests), time.perf_counter() - started
+            for workers in args.workers:
+                cache = root / f"cache-{workers}"
+                requests, seconds = until_first_task(config, workers, counting, {**env, "TEXTMILL_CACHE": str(cache)})
+                print(f"| {units:,} | {tasks:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
+                      f"{walk:,} | {walk_s:.1f} | {1e6 * add:.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} | "
+                      f"{64 * tasks * add / 60:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
