@@ -34,11 +34,11 @@ RUNS = "runs"
 
 
 class FailFastWorker(luigi.worker.Worker):
-    """A Luigi worker that schedules each task once, and, when a task fails deterministically (bad input or settings: its failure record
-    says so), marks it disabled right after reporting the failure, so the scheduler does not retry what
-    would fail the same way. The scheduler judges a failure by the retry policy it got when the task was
-    scheduled, before anyone knew the failure, hence this second report. A task disabled by a worker
-    becomes pending again when the next run schedules it, on luigid too."""
+    """A Luigi worker that schedules each task once, and, when a task fails deterministically (bad input or
+    settings: its failure record says so), marks it disabled right after reporting the failure, so the
+    scheduler does not retry what would fail the same way. The scheduler judges a failure by the retry
+    policy it got when the task was scheduled, before anyone knew the failure, hence this second report. A
+    task disabled by a worker becomes pending again when the next run schedules it, on luigid too."""
 
     scheduling = True  # until run(): the targets of the build are being scheduled
 
@@ -53,6 +53,14 @@ class FailFastWorker(luigi.worker.Worker):
     def run(self):
         self.scheduling = False
         return super().run()
+
+    keep_alive_while = None  # an assistant's: whether the worker that scheduled the graph is still there
+
+    def _keep_alive(self, get_work_response) -> bool:
+        """An assistant (workers.py) stays while the worker it assists does; Luigi's stay for ever."""
+        if self._assistant and self.keep_alive_while is not None:
+            return self.keep_alive_while()
+        return super()._keep_alive(get_work_response)
 
     def add(self, *args, **kwargs):
         """Scheduling asks every task of the graph whether it is done: in a store, each folder is listed once

@@ -3,9 +3,12 @@ itself, all asking one scheduler for work.
 
 Luigi's own `workers=N` starts a process per task: each paid a fork, the imports its stage needs (datasketch,
 pandas through pyarrow: most of a small task's time) and an exit, so a second worker made a stage slower. Here
-the processes are forked once, after this one has built the graph (its keys are memos the workers inherit), and
-each imports a library once. Without a central scheduler they share one served from a thread of this process on
-127.0.0.1 (Luigi's own scheduler and HTTP API, as luigid serves them); with one, they ask it.
+the processes are forked once, after this one has walked the graph and imported its tasks' libraries
+(framework.warm), which they inherit. One of them schedules the graph (an add_task per task); the others are
+Luigi's assistants, which run whatever the scheduler hands them, so the graph is registered once per command,
+not once per worker. They share a scheduler served from a thread of this process on 127.0.0.1 (Luigi's own
+scheduler and HTTP API, as luigid serves them). With a central scheduler (luigid), Luigi's own worker runs a
+process per task, forked from this process after the same warm-up.
 
 A worker process dies with this one (the kernel signals it: Linux's parent-death signal), and holds no copy of
 the run's lock (runner.work_lock), so a killed run leaves nothing working on and nothing locked.
@@ -79,33 +82,42 @@ def served_scheduler() -> Iterator[tuple[str, callable]]:
 
 
 def build(targets: list[luigi.Task], workers: int, scheduler_url: str | None, factory, **options) -> str:
-    """Run `targets` by `workers` Luigi workers (on `scheduler_url`, or a scheduler of their own); the workers'
-    summaries. `factory`: the worker and scheduler factory luigi.build takes; `options`: luigi.build's others."""
-    if workers == 1:
+    """Run `targets` by `workers` Luigi workers (on `scheduler_url`, or a scheduler of their own); the summary of
+    the worker that scheduled them. `factory`: the worker and scheduler factory luigi.build takes (its workers
+    must honour `keep_alive_while`); `options`: luigi.build's others.
+
+    Several, without a central scheduler: one worker process schedules the targets (one add_task per task of
+    the graph) and runs tasks; the others are Luigi's assistants, which run any task the scheduler hands them
+    without adding the graph again, and leave once the scheduling worker has left and they are idle. With a
+    central scheduler, Luigi's own worker of `workers` processes (a process per task, forked from this one,
+    which has imported its tasks' libraries): on a luigid many machines share, an assistant could be handed
+    a task of another machine's run file, which need not exist here."""
+    if workers == 1 or scheduler_url:
         where = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
-        return luigi.build(targets, workers=1, worker_scheduler_factory=factory, detailed_summary=True, **where,
-                           **options).summary_text
-    if scheduler_url is None:
-        ask_often()
-    with served_scheduler() if scheduler_url is None else contextlib.nullcontext((scheduler_url, None)) as (url, start):
+        return luigi.build(targets, workers=workers, worker_scheduler_factory=factory, detailed_summary=True,
+                           **where, **options).summary_text
+    ask_often()
+    with served_scheduler() as (url, start):
         context = multiprocessing.get_context("fork")
-        parent, pipes, processes = os.getpid(), [], []
-        for _ in range(workers):
-            receiver, sender = context.Pipe(duplex=False)
-            # Not daemonic: a task may start processes of its own (the scrape's extraction workers).
-            process = context.Process(target=work, args=(targets, url, factory, options, sender, parent))
+        parent = os.getpid()
+        receiver, sender = context.Pipe(duplex=False)  # the scheduling worker's summary
+        gone, there = os.pipe()  # its end closes when the scheduling worker ends: the assistants then leave
+        # Not daemonic: a task may start processes of its own (the scrape's extraction workers).
+        processes = [context.Process(target=work, args=(targets, url, factory, options, sender, parent, (gone,)))]
+        processes += [context.Process(target=assist, args=(url, factory, options, parent, gone, (there, sender, receiver)))
+                      for _ in range(workers - 1)]
+        for process in processes:
             process.start()
-            sender.close()
-            pipes.append(receiver)
-            processes.append(process)
-        if start:
-            start()
-        summaries = []
-        for process, receiver in zip(processes, pipes):
-            with contextlib.suppress(EOFError):  # a worker that died said nothing
-                summaries.append(receiver.recv())
+        sender.close()
+        os.close(gone)
+        os.close(there)
+        start()
+        summary = ""
+        with contextlib.suppress(EOFError):  # a worker that died said nothing
+            summary = receiver.recv()
+        for process in processes:
             process.join()
-    return "\n".join(summaries)
+    return summary
 
 
 def ask_often() -> None:
@@ -118,11 +130,32 @@ def ask_often() -> None:
             config.set("worker", option, value)
 
 
-def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, parent: int) -> None:
-    """One worker process: a Luigi worker on the scheduler at `url` until the targets are done or nothing more
-    can run; its summary goes back through `sender`."""
+def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, parent: int, closing: tuple) -> None:
+    """The scheduling worker: a Luigi worker on the scheduler at `url` until the targets are done or nothing
+    more can run; its summary goes back through `sender`. `closing`: what of its parent's it must not hold."""
     die_with_parent(parent)
+    for fd in closing:
+        os.close(fd)
     result = luigi.build(targets, workers=1, scheduler_url=url, worker_scheduler_factory=factory,
                          detailed_summary=True, **options)
     sender.send(result.summary_text)
     sender.close()
+
+
+def assist(url: str, factory, options: dict, parent: int, gone: int, closing: tuple) -> None:
+    """An assistant worker: runs what the scheduler at `url` hands it until the scheduling worker has ended
+    (its pipe `gone` reads end of file) and it has nothing to run."""
+    import logging
+    import select
+
+    die_with_parent(parent)
+    for end in closing:  # the write end of `gone` (a descriptor) and the summary pipe's ends (connections)
+        if isinstance(end, int):
+            os.close(end)
+        else:
+            end.close()
+    logging.getLogger("luigi-interface").setLevel(options.get("log_level", "WARNING"))
+    worker = factory.create_worker(scheduler=factory.create_remote_scheduler(url), worker_processes=1, assistant=True)
+    worker.keep_alive_while = lambda: not select.select([gone], [], [], 0)[0]
+    with worker:
+        worker.run()
