@@ -11,6 +11,9 @@ task is no bigger than its coordination), WORK in a bucket of the S3 server.
    as a worker adds them: microseconds per add_task, and per get_work (median of 20 calls by the worker that
    added them, each handing it one more task): luigid is one thread, so 1 / get_work is the most tasks a second it hands out to all machines
    together; then the arithmetic for 64 machines registering the graph.
+4. With --finished-run UNITS: a whole run (no training) over a generated web served on 127.0.0.1, WORK in the
+   bucket, then `textmill run` again on the finished graph, from the machine that ran it and from a machine with
+   an empty cache: the requests of each (the walk, and the run's record and report; nothing is left to run).
 """
 
 from __future__ import annotations
@@ -108,10 +111,41 @@ def scheduler_costs(config: Path) -> tuple[int, float, float]:
     return len(tasks), add, statistics.median(calls)
 
 
+def finished_run(units: int, counting: Counting, s3: dict, root: Path) -> None:
+    """Part 4: requests of `textmill run` on a finished graph, from the machine that ran it and from another."""
+    from textmill.demo import synthweb
+
+    web = synthweb.build_web(seed=7, articles=4 * units, near_duplicates=4, foreign=3, mojibake=2, short=2)
+    with synthweb.serve(web) as server:
+        env = {**os.environ, **s3}
+        config = write_run(root, units, "finished", env)
+        urls = "\n".join(synthweb.url_list(web, server)) + "\n"
+        import fsspec
+
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, client_kwargs={"endpoint_url": s3["AWS_ENDPOINT_URL"]},
+                               key="test", secret="test")
+        fs.pipe("finished/input/urls/list.txt", urls.encode())
+        config.write_text(config.read_text().replace("urls_per_shard = 1", f"urls_per_shard = {-(-len(urls.split()) // units)}")
+                          .replace("[scrape]", "[scrape]\ntimeout_s = 1.0\nretries = 0\nextract_workers = 0")
+                          + "[clean]\nmin_tokens = 32\n[tokenize]\nvocab_size = 600\n")
+        subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], check=True, capture_output=True,
+                       env={**env, "TEXTMILL_CACHE": str(root / "machine-a")})
+        print(f"\n### A finished run of {units} units, run again (nothing left to run)\n")
+        print("| machine | S3 requests | seconds |\n|---|---:|---:|")
+        for machine in ("machine-a", "machine-b"):
+            counting.requests.clear()
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], check=True, capture_output=True,
+                           env={**env, "TEXTMILL_CACHE": str(root / machine)})
+            shown = "the one that ran it" if machine == "machine-a" else "another, empty cache"
+            print(f"| {shown} | {len(counting.requests):,} | {time.perf_counter() - started:.1f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", type=int, nargs="+", default=[500, 2000], help="units of the URL list")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker processes of textmill run")
+    parser.add_argument("--finished-run", type=int, metavar="UNITS", help="also part 4, a finished run of UNITS units")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}\n")
     counting, s3 = s3_server()
@@ -137,6 +171,9 @@ def main() -> None:
                 print(f"| {units:,} | {tasks:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
                       f"{walk:,} | {walk_s:.1f} | {1e6 * add:.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} | "
                       f"{64 * tasks * add / 60:.1f} |", flush=True)
+        if args.finished_run:
+            (Path(tmp) / "finished").mkdir()
+            finished_run(args.finished_run, counting, s3, Path(tmp) / "finished")
 
 
 if __name__ == "__main__":
