@@ -77,6 +77,7 @@ def served_scheduler() -> Iterator[tuple[str, callable]]:
         if thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
+        loop.close()
         for sock in sockets:
             sock.close()
 
