@@ -103,7 +103,7 @@ def add_parsers(sub) -> None:
         p.add_argument("inputs", nargs="+", metavar="INPUT", help=inputs_help)
         p.add_argument("--output", "-o", required=True, help="output folder (or URL in a store): the stage's shards, "
                        "rejects and manifests; its earlier steps in OUTPUT/.textmill. Run again, it skips finished steps")
-        p.add_argument("--workers", type=int, default=1, help="steps run at once (Luigi worker processes)")
+        p.add_argument("--workers", type=int, default=1, help="steps run at once: this many long-lived worker processes, which end with the command")
         if name != "blacklist":
             p.add_argument("--output-format", choices=("parquet", "jsonl.gz"), default="parquet",
                            help="the kept documents as zstd Parquet (what `datasets.load_dataset(\"parquet\", "
