@@ -7,10 +7,11 @@ task is no bigger than its coordination), WORK in a bucket of the S3 server.
 1. `textmill run --workers N` from a cold cache, stopped once its first task has written to WORK: S3 requests
    and seconds until then (the server counts the requests of every process), per task of the graph.
 2. `textmill status` of the same run: requests and seconds of one walk of the graph.
-3. Luigi's scheduler in this process (what luigid runs, with textmill's settings), every task of the graph added
-   as a worker adds them: microseconds per add_task, and per get_work (median of 20 calls by the worker that
-   added them, each handing it one more task): luigid is one thread, so 1 / get_work is the most tasks a second it hands out to all machines
-   together; then the arithmetic for 64 machines registering the graph.
+3. Luigi's scheduler in this process (what luigid runs, with textmill's settings), every task textmill hands it
+   (the graph's tasks in batches, at most [run] tasks_per_stage a stage: workflows/batches.py) added as a worker
+   adds them: microseconds per add_task, and per get_work (median of 20 calls by the worker that added them,
+   each handing it one more task): luigid is one thread, so 1 / get_work is the most tasks a second it hands
+   out to all machines together; then the arithmetic for 64 machines registering the graph.
 4. With --finished-run UNITS: a whole run (no training) over a generated web served on 127.0.0.1, WORK in the
    bucket, then `textmill run` again on the finished graph, from the machine that ran it and from a machine with
    an empty cache: the requests of each (the walk, and the run's record and report; nothing is left to run).
@@ -87,28 +88,33 @@ def until_first_task(config: Path, workers: int, counting: Counting, env: dict) 
         run.wait()
 
 
-def scheduler_costs(config: Path) -> tuple[int, float, float]:
-    """(tasks, seconds per add_task, seconds per get_work) of Luigi's scheduler with the whole graph pending."""
+def scheduler_costs(config: Path) -> tuple[int, int, float, float]:
+    """(tasks, tasks scheduled, seconds per add_task, seconds per get_work) of Luigi's scheduler with the whole
+    graph pending: the tasks of the graph, and what textmill hands the scheduler, their batches."""
     import luigi.scheduler
 
+    from textmill.workflows.batches import batched
     from textmill.workflows.framework import graph
+    from textmill.workflows.memos import run_config
     from textmill.workflows.model_tasks import EndToEnd
     from textmill.workflows.runner import configure_luigi
 
     configure_luigi()
-    tasks = graph([EndToEnd(str(config))])
+    units = graph([EndToEnd(str(config))])
+    tasks = graph(batched([EndToEnd(str(config))], run_config(str(config)).run.tasks_per_stage))
     scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
+    deps = {task.task_id: [d.task_id for d in luigi.task.flatten(task.requires())] for task in tasks}  # the worker's
     started = time.perf_counter()
     for task in tasks:
-        scheduler.add_task(worker="w", task_id=task.task_id, status="PENDING", runnable=True,
-                           deps=[d.task_id for d in luigi.task.flatten(task.requires())], family=task.task_family)
+        scheduler.add_task(worker="w", task_id=task.task_id, status="PENDING", runnable=True, deps=deps[task.task_id],
+                           family=task.task_family)
     add = (time.perf_counter() - started) / len(tasks)
     calls = []
     for _ in range(20):  # the worker that added the graph asks: each call hands it one more task
         started = time.perf_counter()
         scheduler.get_work(worker="w", host="h")
         calls.append(time.perf_counter() - started)
-    return len(tasks), add, statistics.median(calls)
+    return len(units), len(tasks), add, statistics.median(calls)
 
 
 def finished_run(units: int, counting: Counting, s3: dict, root: Path) -> None:
@@ -149,9 +155,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}\n")
     counting, s3 = s3_server()
-    print("| units | tasks | workers | S3 requests before the first task | per task | seconds | status: requests "
+    print("| units | tasks | tasks scheduled | workers | S3 requests before the first task | per task | seconds | status: requests "
           "| status: seconds | add_task µs | get_work ms | tasks/s luigid hands out | 64 machines registering, min |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for units in args.units:
             root = Path(tmp) / f"run-{units}"
@@ -159,7 +165,7 @@ def main() -> None:
             env = {**os.environ, **s3}
             config = write_run(root, units, f"bench-{units}", env)
             os.environ.update(s3)
-            tasks, add, get_work = scheduler_costs(config)
+            tasks, scheduled, add, get_work = scheduler_costs(config)
             counting.requests.clear()
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "textmill.cli", "status", str(config)],
@@ -168,9 +174,9 @@ def main() -> None:
             for workers in args.workers:
                 cache = root / f"cache-{workers}"
                 requests, seconds = until_first_task(config, workers, counting, {**env, "TEXTMILL_CACHE": str(cache)})
-                print(f"| {units:,} | {tasks:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
+                print(f"| {units:,} | {tasks:,} | {scheduled:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
                       f"{walk:,} | {walk_s:.1f} | {1e6 * add:.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} | "
-                      f"{64 * tasks * add / 60:.1f} |", flush=True)
+                      f"{64 * scheduled * add / 60:.1f} |", flush=True)
         if args.finished_run:
             (Path(tmp) / "finished").mkdir()
             finished_run(args.finished_run, counting, s3, Path(tmp) / "finished")

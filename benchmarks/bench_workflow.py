@@ -36,7 +36,7 @@ VOCABULARY = f'[tokenize]\nvocab_file = "{TEST_DATA / "gpt2-vocab.json"}"\nmerge
 WALK = """
 import resource, sys, time
 from pathlib import Path
-from textmill.workflows.runner import task_states
+from textmill.workflows.run_records import task_states
 started = time.perf_counter()  # after the imports
 states = task_states(Path(sys.argv[1]))
 print(len(states), time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)

@@ -18,7 +18,11 @@ from support.hf_models import write_hf_gptj, write_hf_llama
 from support.runs import PER_URL_FILE, STAGES, copy_run, dataset_bytes, folders, make_run, stage_files, write_config
 from textmill.megatron.indexed import IndexedDataset
 from textmill.workflows import MergeDataset, ScrapeShard
+from textmill.workflows.framework import RunTask
+from textmill.workflows.memos import run_config
+from textmill.workflows.run_records import run_graph
 from textmill.workflows.runner import run_workflow
+from textmill.workflows.stages import StageRecord, run_stages
 
 
 def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finished_run):
@@ -37,6 +41,12 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finish
     runs = sorted((tmp_path / "work" / "runs").iterdir())
     assert len(runs) == 2 and all((r / "run.json").exists() and (r / "report.html").exists() for r in runs)
     assert f"report: {runs[1] / 'report.html'}" in again.stdout
+    # Every corpus stage of the run is in its funnel, in order, and every step of the graph in its time per stage.
+    record = json.loads((runs[1] / "run.json").read_text())
+    assert [s["stage"] for s in record["funnel"]] == [stage.name for stage in run_stages(run_config(str(config)))]
+    steps = {task.stage.split("-", 1)[1] for task in run_graph(config) if isinstance(task, RunTask)
+             and not isinstance(task, StageRecord)}
+    assert set(record["seconds_per_stage"]) == steps
     table = (tmp_path / "work" / "results.md").read_text().splitlines()
     assert [line.split(" | ")[0].lstrip("| ") for line in table[-2:]] == [r.name for r in runs]
     documents = IndexedDataset(MergeDataset(str(config)).output().prefix).num_documents
@@ -139,6 +149,9 @@ def test_a_changed_setting_reruns_its_stage_and_everything_after_it_only(tmp_pat
 
 def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tmp_path, site, finished_run):
     config = make_run(tmp_path / "broken", site)
+    # Each stage one batch (workflows/batches.py): shard 1's failure must not stop shard 2 in the same task, and
+    # the rerun of that task must redo its unfinished shards only.
+    config.write_text(config.read_text().replace("[run]\n", "[run]\ntasks_per_stage = 1\n"))
     # A failure in scrape shard 1: something in the way of its output (a folder where the file goes).
     blocked = ScrapeShard(str(config), 1).output().shard
     blocked.mkdir(parents=True)

@@ -54,7 +54,7 @@ def cmd_status(args) -> str:
     from collections import Counter
 
     from textmill.run_file import load_config
-    from textmill.workflows.runner import task_states
+    from textmill.workflows.run_records import task_states
 
     load_config(args.config)
     states = task_states(args.config)

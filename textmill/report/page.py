@@ -290,8 +290,9 @@ def render_report(record: dict, history: list[dict]) -> str:
                                ["document cut", "pieces left", "characters removed"]))
     corpus = record.get("corpus")
     if corpus:
-        parts += ["<h2>Documents</h2>", histogram_chart(corpus["histograms"]["characters"], "characters per document"),
-                  histogram_chart(corpus["histograms"]["tokens"], "tokens per document"),
+        shapes = corpus.get("histograms")  # made with the token files: none for those an older textmill merged
+        parts += ["<h2>Documents</h2>", *([histogram_chart(shapes["characters"], "characters per document"),
+                                           histogram_chart(shapes["tokens"], "tokens per document")] if shapes else []),
                   f"<p>{corpus['documents']:,} documents, {corpus['tokens']:,} tokens in "
                   f"{link(corpus['dataset'] + '.bin', corpus['dataset'] + '.bin')}/.idx</p>"]
     train = record.get("train")

@@ -1,5 +1,5 @@
 """The results of the runs: each run's record (runs/<name>/run.json, built by
-textmill.workflows.runner.run_record: plain JSON with the funnel, the dedup clusters, the corpus, training,
+textmill.workflows.records.run_record: plain JSON with the funnel, the dedup clusters, the corpus, training,
 evaluation and the seconds per stage), the lines `textmill run` ends with, and work/results.md (the last
 runs side by side, with what got worse) and results.tsv (every run)."""
 

@@ -21,6 +21,7 @@ from textmill.io.store import files_under, remove, shown, url_of
 from textmill.pipeline.shards import manifest_path
 from textmill.run_file import TABLES
 from textmill.settings import Settings, resolve, to_table
+from textmill.workflows.batches import batched
 from textmill.workflows.corpus_tasks import (
     BlacklistShard,
     CleanShard,
@@ -32,7 +33,8 @@ from textmill.workflows.corpus_tasks import (
 )
 from textmill.workflows.framework import RunTask, graph, input_files, num_shards, warm
 from textmill.workflows.memos import forget, run_config
-from textmill.workflows.runner import FAILURES, Schedulers, configure_luigi, upgrade_work_layout, work_lock
+from textmill.workflows.records import FAILURES
+from textmill.workflows.runner import Schedulers, configure_luigi, upgrade_work_layout, work_lock
 from textmill.workflows.shuffle_tasks import Decontaminate, Shuffle
 from textmill.workflows.workers import build
 
@@ -68,7 +70,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         started = time.time()
         if workers > 1:
             warm(targets)
-        build(targets, workers, None, Schedulers(), log_level="CRITICAL")
+        build(batched(targets, run_config(config).run.tasks_per_stage), workers, None, Schedulers(), log_level="CRITICAL")
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)

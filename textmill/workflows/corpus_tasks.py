@@ -83,6 +83,10 @@ class BlacklistDuplicates(RunTask):
 
     stage = "1-blacklist-duplicates"
     partition = luigi.IntParameter(description="partition of the URL ids")
+    fanned_by = "partition"
+
+    def fan_count(self) -> int:
+        return self.settings.blacklist.duplicate_partitions
 
     def requires(self):
         return [BlacklistCheck(self.config, i) for i in range(num_shards(self.settings))]
@@ -243,6 +247,11 @@ class DedupBand(RunTask):
 
     stage = "3-dedup"
     band = luigi.IntParameter(description="LSH band number")
+    fanned_by = "band"
+
+    def fan_count(self) -> int:
+        """The LSH bands, the id band, and the words-hash band when exact duplicates are looked for."""
+        return self.settings.dedup.bands + 1 + self.settings.dedup.exact_duplicates
 
     def requires(self):
         return [DedupBandKeys(self.config, i) for i in range(num_shards(self.settings))]
@@ -268,8 +277,8 @@ class DedupClusters(RunTask):
     stage = "3-dedup"
 
     def requires(self):
-        dedup, shards = self.settings.dedup, range(num_shards(self.settings))
-        return {"pairs": [DedupBand(self.config, b) for b in range(dedup.bands + 1 + dedup.exact_duplicates)],
+        shards = range(num_shards(self.settings))
+        return {"pairs": [DedupBand(self.config, b) for b in range(DedupBand(self.config, 0).fan_count())],
                 "keys": [DedupBandKeys(self.config, i) for i in shards],
                 "signatures": [SignatureShard(self.config, i) for i in shards]}
 

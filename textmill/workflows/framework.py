@@ -174,6 +174,10 @@ class RunTask(luigi.Task):
         later = [task for task in self.requires_later() if not task.complete()]
         if later:
             yield later
+        self.produce()
+
+    def produce(self) -> None:
+        """Write the task's output, its inputs being there: begun, made, committed (done file last)."""
         output = self.output()
         output.begin()
         self.make()
@@ -205,6 +209,11 @@ class ShardTask(RunTask):
     """A task per shard of the run's input (a unit of a URL list, or a shard given to a stage command)."""
 
     shard = luigi.IntParameter(description="shard number (position of its input unit, in order)")
+    fanned_by = "shard"  # the parameter that numbers its stage's tasks (batches.py cuts them into batches)
+
+    def fan_count(self) -> int:
+        """How many tasks its stage has: one per input unit."""
+        return num_shards(self.settings)
 
     def name(self) -> str:
         return unit_name(input_units(self.settings)[self.shard])
@@ -224,6 +233,10 @@ class GivenFile(luigi.ExternalTask):
 
     config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
     shard = luigi.IntParameter(description="position of the input unit, in order")
+    fanned_by = "shard"
+
+    def fan_count(self) -> int:
+        return num_shards(run_config(self.config))
 
     def unit(self) -> Unit:
         return input_units(run_config(self.config))[self.shard]

@@ -24,11 +24,15 @@ TASK_FOLDERS: dict[tuple, object] = {}
 # The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
 BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
 
+# The shuffle's shard count by its plan file, once written (a keyed folder's plan never changes): every task of
+# the fan-out over the shuffled shards asks for it, to know its batch (batches.py).
+PLANNED_COUNTS: dict[object, int] = {}
+
 
 def forget() -> None:
     """Drop every memo: a run, a stage command or a status starts from the files as they are now (a URL
     list changed in place, inside a folder whose own time did not change, is read again)."""
-    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS):
+    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, PLANNED_COUNTS):
         memo.clear()
     for cached in (_read_config, listed_inputs, listed_units, given_tokenizer):
         cached.cache_clear()

@@ -20,7 +20,7 @@ from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
 from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
-from textmill.workflows.memos import run_config
+from textmill.workflows.memos import PLANNED_COUNTS, run_config
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
 
 
@@ -39,7 +39,9 @@ def shuffle_settings(settings: RunConfig) -> tuple:
 
 def planned_count(plan: WorkTarget) -> int | None:
     """The shard count ShufflePlan wrote, None until it has."""
-    return plan.record()["num_shards"] if plan.exists() else None
+    if plan.done not in PLANNED_COUNTS and plan.exists():
+        PLANNED_COUNTS[plan.done] = plan.record()["num_shards"]
+    return PLANNED_COUNTS.get(plan.done)
 
 
 def finished_count(shards: ShardSet) -> int | None:
@@ -129,6 +131,10 @@ class ShuffleGather(RunTask):
 
     stage = "5-shuffle"
     bucket = luigi.IntParameter(description="output shard number")
+    fanned_by = "bucket"
+
+    def fan_count(self) -> int:
+        return Shuffle(self.config).shard_count()
 
     def requires(self):
         return {"plan": ShufflePlan(self.config),
@@ -218,6 +224,10 @@ class DecontaminateCount(RunTask):
 
     stage = "6-decontaminate"
     part = luigi.IntParameter(description="shuffled shard number")
+    fanned_by = "part"
+
+    def fan_count(self) -> int:
+        return DecontaminateSelect(self.config).shard_count()
 
     def requires(self):
         return shuffled(self.config)
@@ -275,6 +285,10 @@ class DecontaminateShard(RunTask):
 
     stage = "6-decontaminate"
     part = luigi.IntParameter(description="shuffled shard number")
+    fanned_by = "part"
+
+    def fan_count(self) -> int:
+        return Decontaminate(self.config).shard_count()
 
     def requires(self):
         return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}

@@ -20,6 +20,7 @@ from textmill.io.store import shown
 from textmill.pipeline.shards import record_path
 from textmill.workflows.framework import RunTask, key_of
 from textmill.workflows.memos import run_config
+from textmill.workflows.records import task_seconds
 from textmill.workflows.shuffle_tasks import PerShuffledShard, corpus_task, finished_count
 from textmill.workflows.targets import DatasetTarget, TokenizerTarget
 
@@ -116,6 +117,10 @@ class TokenizeShard(RunTask):
 
     stage = "8-tokenize"
     part = luigi.IntParameter(description="shard number after the shuffle")
+    fanned_by = "part"
+
+    def fan_count(self) -> int:
+        return MergeDataset(self.config).shard_count()
 
     def requires(self):
         return {"corpus": corpus_task(self.config), "tokenizer": tokenizer_task(self.config)}
@@ -168,12 +173,21 @@ class MergeDataset(PerShuffledShard):
     def make(self):
         from textmill.megatron.indexed import merge_datasets
 
-        started, output = time.perf_counter(), self.output()
+        from textmill.report.page import corpus_histograms
+
+        started, output, corpus = time.perf_counter(), self.output(), self.input()["corpus"]
         merged = merge_datasets([part.local_dataset() for part in self.input_later()], output.prefix)
+        seconds = time.perf_counter() - started
+        # For the run's record, once: the documents' sizes, and the time of the steps from the documents on.
+        histograms = corpus_histograms([str(corpus.local_shard(j)) for j in range(len(corpus.shards))], str(output.prefix))
+        tokenizer = self.requires()["tokenizer"]
+        steps = {"tokenize": sum(task_seconds(part) for part in self.requires_later()), "dataset": seconds}
+        if isinstance(tokenizer, RunTask):
+            steps[tokenizer.stage.split("-", 1)[1]] = task_seconds(tokenizer)
         self.finish(dataset=shown(output.prefix), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
-                    tokenizer_files=[shown(p) for p in self.input()["tokenizer"].tokenizer],
-                    seconds=time.perf_counter() - started,
-                    files={p.name: local_fingerprint(p) for p in output.token_files()})
+                    tokenizer_files=[shown(p) for p in self.input()["tokenizer"].tokenizer], seconds=seconds,
+                    files={p.name: local_fingerprint(p) for p in output.token_files()}, histograms=histograms,
+                    seconds_per_stage=steps)
 
 
 class Corpus(luigi.WrapperTask):

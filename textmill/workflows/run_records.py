@@ -1,0 +1,134 @@
+"""The record of a whole run (runs/<name>/run.json), its report and the results table, and the state of every
+task for `textmill status`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import luigi
+
+from textmill.io.files import atomic_path, write_json
+from textmill.io.store import listed_folders, publish
+from textmill.workflows.framework import RunTask, graph
+from textmill.workflows.memos import forget, run_config
+from textmill.workflows.model_tasks import EndToEnd
+from textmill.workflows.records import FAILURES, read_record, task_seconds
+from textmill.workflows.stages import StageRecord, read, run_stages
+from textmill.workflows.token_tasks import MergeDataset
+
+RUNS = "runs"
+
+
+def run_targets(config: Path) -> list[luigi.Task]:
+    """What a run makes: everything (EndToEnd), and each corpus stage's record for the run's record."""
+    config = str(Path(config).resolve())
+    return [EndToEnd(config), *(StageRecord(config, stage.name) for stage in run_stages(run_config(config)))]
+
+
+def run_graph(config: Path) -> list[luigi.Task]:
+    """Every task of the run's graph, once each, requirements first."""
+    return graph(run_targets(config))
+
+
+def task_states(config: Path) -> list[dict]:
+    """Every task of the run's graph, requirements first: its name (a shard task by its shard's name, as
+    `ScrapeShard(RS_2019-01)`), state (done, failed or pending) and, for a failed one, the last failure
+    recorded."""
+    forget()
+    states = []
+    with listed_folders(run_config(str(config)).run.work_dir):  # each stage's folder of the store listed once
+        for task in run_graph(config):
+            state, reason = ("done" if task.complete() else "pending"), None
+            record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
+            if record:
+                state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
+            states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()",
+                           "state": state, "reason": reason})
+    return states
+
+
+def corpus_record(config: str) -> dict:
+    """The corpus part of a run record, as far as the run got: each finished stage's record (stages.StageRecord:
+    its counts, reasons, time, examples and own figures, one file a stage), and the merged token files."""
+    settings = run_config(config)
+    part: dict = {"funnel": [], "seconds_per_stage": {}}
+    for stage in run_stages(settings):
+        record = StageRecord(config, stage.name).output()
+        if not record.exists():
+            break
+        found = read(record.done)
+        part["funnel"].append(found.pop("funnel"))
+        part.setdefault("samples", {})[stage.name] = found.pop("samples")
+        part["seconds_per_stage"].update(found.pop("seconds_per_stage"))
+        part.update(found)
+    merged = MergeDataset(config).output()
+    if merged.exists():
+        made = read(merged.done)
+        part["corpus"] = {k: v for k, v in made.items() if k in ("dataset", "documents", "tokens", "histograms")}
+        part["seconds_per_stage"].update(made.get("seconds_per_stage", {}))
+    return part
+
+
+def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
+    """What the run made, for run.json, the results table and report.html (each folder of the store listed
+    once for it: store.listed_folders)."""
+    with listed_folders(run_config(str(config)).run.work_dir):
+        return read_run_record(config, name, started_at, seconds, ok)
+
+
+def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
+    from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
+
+    config = str(config)
+    settings = run_config(config)
+    record = {"run": name, "config": config, "started": started_at, "seconds": round(seconds, 1),
+              "status": "done" if ok else "failed"}
+    if not ok:
+        record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
+    record.update(corpus_record(config))
+    train = TrainGPT(config)
+    if settings.train.enabled and train.complete():
+        record["train"] = {k: v for k, v in read(train.output().done).items()
+                           if k in ("iterations", "lm_loss", "valid_loss", "checkpoints", "started_from", "seconds")}
+        evaluate, export = EvaluateLambada(config), ExportHF(config)
+        if settings.evaluate.lambada and evaluate.complete():
+            record["evaluate"] = [{"name": Path(r["valid_data"]).stem, "file": r["valid_data"], "accuracy": r["accuracy"],
+                                   "correct": r["correct"], "total": r["total"], "perplexity": r["perplexity"]}
+                                  for r in read(evaluate.output().done)["results"]]
+        if settings.export.hf and export.complete():
+            record["export"] = {k: v for k, v in read(export.output().done).items() if k in ("family", "output")}
+    for task in (TrainGPT(config), EvaluateLambada(config), ExportHF(config)):  # the corpus's: in its stage records
+        if task.complete():
+            record["seconds_per_stage"][task.stage.split("-", 1)[1]] = task_seconds(task)
+    record["seconds_per_stage"] = {k: round(v, 2) for k, v in record["seconds_per_stage"].items()}
+    return record
+
+
+def record_run(config: Path, record: dict) -> Path:
+    """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
+    from textmill.report.page import write_report
+    from textmill.report.results import read_runs, write_results
+
+    settings = run_config(str(config))
+    runs = settings.run.work_dir / RUNS
+    runs.mkdir(parents=True, exist_ok=True)
+    folder, k = runs / record["run"], 1
+    while True:  # several workers on one central scheduler may start in the same second
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            k += 1
+            folder = runs / f"{record['run']}-{k}"
+    record["run"] = folder.name
+    write_json(record, folder / "run.json")
+    records = read_runs(runs)
+    history = [r for r in records if r["run"] <= record["run"]][-settings.run.results_runs:]
+    write_report(record, history, folder / "report.html")
+    with atomic_path(settings.run.work_dir / "report.html") as tmp:
+        shutil.copyfile(folder / "report.html", tmp)
+    results = write_results(settings.run.work_dir, records, settings.run.results_runs)
+    publish([folder / "run.json", folder / "report.html", settings.run.work_dir / "report.html", results,
+             results.with_suffix(".tsv")])
+    return folder
