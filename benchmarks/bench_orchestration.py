@@ -14,7 +14,11 @@ task is no bigger than its coordination), WORK in a bucket of the S3 server.
    out to all machines together; then the arithmetic for 64 machines registering the graph.
 4. With --finished-run UNITS: a whole run (no training) over a generated web served on 127.0.0.1, WORK in the
    bucket, then `textmill run` again on the finished graph, from the machine that ran it and from a machine with
-   an empty cache: the requests of each (the walk, and the run's record and report; nothing is left to run).
+   an empty cache: the requests of each (the walk, and the run's record and report; nothing is left to run);
+   then the requests of the run's record alone, as every process that ends a run builds it.
+5. A real luigid (`textmill scheduler`) on 127.0.0.1, and `textmill run --workers N --scheduler-url` registering
+   the run with it: requests and seconds until the first task ran, luigid's CPU until then, and get_work over
+   HTTP for an assistant (which looks at every task luigid holds).
 """
 
 from __future__ import annotations
@@ -70,12 +74,12 @@ def write_run(root: Path, units: int, bucket: str, env: dict) -> Path:
     return config
 
 
-def until_first_task(config: Path, workers: int, counting: Counting, env: dict) -> tuple[int, float]:
+def until_first_task(config: Path, workers: int, counting: Counting, env: dict, *options: str) -> tuple[int, float]:
     """Requests and seconds from the start of `textmill run` until its first PUT into WORK (a task's output)."""
     counting.requests.clear()
     started = time.perf_counter()
-    run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", str(workers)],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", str(workers),
+                            *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while run.poll() is None:
             puts = [i for i, (method, path) in enumerate(counting.requests) if method == "PUT" and "/work/" in path]
@@ -117,6 +121,56 @@ def scheduler_costs(config: Path) -> tuple[int, int, float, float]:
     return len(units), len(tasks), add, statistics.median(calls)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_luigid(config: Path, units: int, workers: list[int], counting: Counting, env: dict, root: Path) -> None:
+    """Part 5: a real luigid (`textmill scheduler`) on 127.0.0.1, `textmill run --scheduler-url` registering the
+    run with it: requests and seconds until the first task, luigid's CPU until then (per task registered), and
+    get_work over HTTP for an assistant (which looks at every task of the graph), median of 10."""
+    import socket
+
+    import luigi.rpc
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    luigid = subprocess.Popen([sys.executable, "-m", "textmill.cli", "scheduler", "--port", str(port),
+                               "--state-path", str(root / "luigid.pickle"), "--logdir", str(root / "luigid-logs")],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        for count in workers:
+            before = cpu_seconds(luigid.pid)
+            requests, seconds = until_first_task(config, count, counting, env, "--scheduler-url", url)
+            cpu = cpu_seconds(luigid.pid) - before
+            scheduler = luigi.rpc.RemoteScheduler(url)
+            tasks = len(scheduler.task_list(limit=False))
+            calls = []
+            for _ in range(10):
+                started = time.perf_counter()
+                scheduler.get_work(worker="bench-probe", host="bench", assistant=True)
+                calls.append(time.perf_counter() - started)
+            get_work = statistics.median(calls)
+            print(f"| {units:,} | {count} | {tasks:,} | {requests:,} | {seconds:.1f} | {cpu:.2f} | "
+                  f"{1e6 * cpu / max(tasks, 1):.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} |", flush=True)
+    finally:
+        luigid.terminate()
+        luigid.wait()
+
+
 def finished_run(units: int, counting: Counting, s3: dict, root: Path) -> None:
     """Part 4: requests of `textmill run` on a finished graph, from the machine that ran it and from another."""
     from textmill.demo import synthweb
@@ -145,6 +199,12 @@ def finished_run(units: int, counting: Counting, s3: dict, root: Path) -> None:
                            env={**env, "TEXTMILL_CACHE": str(root / machine)})
             shown = "the one that ran it" if machine == "machine-a" else "another, empty cache"
             print(f"| {shown} | {len(counting.requests):,} | {time.perf_counter() - started:.1f} |", flush=True)
+        # The run's record alone, as each process that ends the run builds it, on a machine with an empty cache.
+        counting.requests.clear()
+        subprocess.run([sys.executable, "-c", "import sys; from textmill.workflows.run_records import run_record; "
+                        "run_record(sys.argv[1], 'bench', '', 0.0, True)", str(config)], check=True,
+                       capture_output=True, env={**env, "TEXTMILL_CACHE": str(root / "machine-c")})
+        print(f"\nThe run's record alone (run_records.run_record), empty cache: {len(counting.requests):,} S3 requests")
 
 
 def main() -> None:
@@ -177,6 +237,16 @@ def main() -> None:
                 print(f"| {units:,} | {tasks:,} | {scheduled:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
                       f"{walk:,} | {walk_s:.1f} | {1e6 * add:.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} | "
                       f"{64 * scheduled * add / 60:.1f} |", flush=True)
+        print("\n### With a real luigid on 127.0.0.1 (`textmill run --scheduler-url`)\n")
+        print("| units | workers | tasks luigid holds | S3 requests before the first task | seconds | luigid CPU s "
+              "until then | per task, µs | get_work ms (assistant, over HTTP) | tasks/s luigid hands out |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for units in args.units:
+            root = Path(tmp) / f"luigid-{units}"
+            root.mkdir()
+            config = write_run(root, units, f"luigid-{units}", {**os.environ, **s3})
+            with_luigid(config, units, args.workers, counting, {**os.environ, **s3, "TEXTMILL_CACHE": str(root / "cache")},
+                        root)
         if args.finished_run:
             (Path(tmp) / "finished").mkdir()
             finished_run(args.finished_run, counting, s3, Path(tmp) / "finished")

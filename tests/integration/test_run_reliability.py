@@ -15,6 +15,7 @@ from support.cli import run_cli
 from support.runs import copy_run, dataset_bytes, make_run
 from textmill.workflows import BlacklistShard, Shuffle
 from textmill.workflows.runner import work_lock
+from textmill.workflows.stages import StageRecord
 
 
 def no_traceback(r):
@@ -33,8 +34,9 @@ def test_damaged_records_are_reported_ignored_and_rebuilt(tmp_path, finished_run
     timing = next(p for p in sorted((work / ".textmill" / "times").iterdir()) if p.name.startswith("CleanShard"))
     manifest = BlacklistShard(str(config), 0).output().done
     task_file = Shuffle(str(config)).output().done
+    stage_record = StageRecord(str(config), "clean").output().done  # rebuilt, it reads the cleaned shards' times
     [run_record] = (work / "runs").glob("*/run.json")
-    for path in (timing, manifest, task_file, run_record):
+    for path in (timing, manifest, task_file, stage_record, run_record):
         cut_in_half(path)
 
     status = run_cli("status", str(config))
@@ -47,10 +49,10 @@ def test_damaged_records_are_reported_ignored_and_rebuilt(tmp_path, finished_run
     no_traceback(again)
     assert again.returncode == 0, again.stderr[-3000:]
     for path, consequence in [(timing, "ignored (it is rewritten when the task next runs)"),
-                              (task_file, "its task will run again"),
+                              (task_file, "its task will run again"), (stage_record, "its task will run again"),
                               (run_record, "that run is left out of results.md and the report")]:
         assert f"textmill: {path} is damaged (not a whole JSON object); {consequence}" in again.stderr
-    for path in (manifest, task_file):  # rebuilt whole
+    for path in (manifest, task_file, stage_record):  # rebuilt whole
         assert json.loads(path.read_text())
     assert dataset_bytes(config) == expected
     assert len((work / "results.tsv").read_text().splitlines()) == 2  # header and the new run; the damaged one left out
