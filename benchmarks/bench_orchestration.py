@@ -171,22 +171,28 @@ def with_luigid(config: Path, units: int, workers: list[int], counting: Counting
         luigid.wait()
 
 
-def finished_run(units: int, counting: Counting, s3: dict, root: Path) -> None:
-    """Part 4: requests of `textmill run` on a finished graph, from the machine that ran it and from another."""
+def finished_run(units: int, counting: Counting, s3: dict, root: Path, dead: bool) -> None:
+    """Part 4: requests of `textmill run` on a finished graph, from the machine that ran it and from another.
+    `dead`: each unit one URL that no server answers, so every stage runs on empty units (no-op-sized work)."""
+    import contextlib
+
+    import fsspec
+
     from textmill.demo import synthweb
 
-    web = synthweb.build_web(seed=7, articles=4 * units, near_duplicates=4, foreign=3, mojibake=2, short=2)
-    with synthweb.serve(web) as server:
+    web = None if dead else synthweb.build_web(seed=7, articles=4 * units, near_duplicates=4, foreign=3, mojibake=2,
+                                               short=2)
+    with contextlib.nullcontext() if dead else synthweb.serve(web) as server:
         env = {**os.environ, **s3}
         config = write_run(root, units, "finished", env)
-        urls = "\n".join(synthweb.url_list(web, server)) + "\n"
-        import fsspec
-
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, client_kwargs={"endpoint_url": s3["AWS_ENDPOINT_URL"]},
-                               key="test", secret="test")
-        fs.pipe("finished/input/urls/list.txt", urls.encode())
-        config.write_text(config.read_text().replace("urls_per_shard = 1", f"urls_per_shard = {-(-len(urls.split()) // units)}")
-                          .replace("[scrape]", "[scrape]\ntimeout_s = 1.0\nretries = 0\nextract_workers = 0")
+        if not dead:
+            urls = "\n".join(synthweb.url_list(web, server)) + "\n"
+            fs = fsspec.filesystem("s3", skip_instance_cache=True,
+                                   client_kwargs={"endpoint_url": s3["AWS_ENDPOINT_URL"]}, key="test", secret="test")
+            fs.pipe("finished/input/urls/list.txt", urls.encode())
+            config.write_text(config.read_text().replace("urls_per_shard = 1",
+                                                         f"urls_per_shard = {-(-len(urls.split()) // units)}"))
+        config.write_text(config.read_text().replace("[scrape]", "[scrape]\ntimeout_s = 1.0\nretries = 0\nextract_workers = 0")
                           + "[clean]\nmin_tokens = 32\n[tokenize]\nvocab_size = 600\n")
         subprocess.run([sys.executable, "-m", "textmill.cli", "run", str(config)], check=True, capture_output=True,
                        env={**env, "TEXTMILL_CACHE": str(root / "machine-a")})
@@ -212,6 +218,8 @@ def main() -> None:
     parser.add_argument("--units", type=int, nargs="+", default=[500, 2000], help="units of the URL list")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker processes of textmill run")
     parser.add_argument("--finished-run", type=int, metavar="UNITS", help="also part 4, a finished run of UNITS units")
+    parser.add_argument("--dead-urls", action="store_true", help="part 4 with a URL no server answers per unit (every "
+                        "stage on empty units: a large graph in minutes)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}\n")
     counting, s3 = s3_server()
@@ -249,7 +257,7 @@ def main() -> None:
                         root)
         if args.finished_run:
             (Path(tmp) / "finished").mkdir()
-            finished_run(args.finished_run, counting, s3, Path(tmp) / "finished")
+            finished_run(args.finished_run, counting, s3, Path(tmp) / "finished", args.dead_urls)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`textmill run` when things go wrong (docs/RELIABILITY.md): damaged records, a full disk, a second run on
 the same work folder, and a failure that a retry would not cure."""
 
+import contextlib
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from support.cli import run_cli
-from support.runs import copy_run, dataset_bytes, make_run
+from support.runs import central_scheduler, copy_run, dataset_bytes, make_run
 from textmill.workflows import BlacklistShard, Shuffle
 from textmill.workflows.runner import work_lock
 from textmill.workflows.stages import StageRecord
@@ -115,29 +116,47 @@ def test_a_killed_run_leaves_no_lock_behind(tmp_path, site):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_a_run_with_two_workers_killed_mid_stage_leaves_nothing_working_and_nothing_locked(tmp_path, site):
-    """kill -9 of `textmill run --workers 2` while its worker processes run tasks: they end with it (none keeps
-    the work folder's lock or goes on writing), and the next run works in the folder and finishes."""
+@pytest.mark.parametrize("scheduler", ["its own", "luigid"])
+def test_a_run_with_two_workers_killed_mid_stage_leaves_nothing_working_and_nothing_locked(tmp_path, site, scheduler):
+    """kill -9 of `textmill run --workers 2` while its worker processes run tasks (its own long-lived workers, or
+    with a central scheduler Luigi's process per task): every process it forked ends with it (none keeps the
+    work folder's lock or goes on writing), and the next run works in the folder and finishes."""
     import psutil
 
     config = make_run(tmp_path, site)
+    # One task a stage: a forked process that outlived the run would go on with the whole scrape, for seconds.
+    config.write_text(config.read_text().replace("[run]\n", "[run]\ntasks_per_stage = 1\n"))
     work = tmp_path / "work"
-    proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline, workers = time.monotonic() + 300, []
-    while time.monotonic() < deadline and proc.poll() is None:
-        workers = psutil.Process(proc.pid).children()
-        if len(workers) >= 2 and (work / "2-scrape").exists():  # tasks are running in the worker processes
-            break
-        time.sleep(0.05)
-    assert len(workers) >= 2 and proc.poll() is None, "the run ended before its workers were caught working"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    gone, alive = psutil.wait_procs(workers, timeout=30)
-    assert not alive, f"worker processes outlived the killed run: {[p.pid for p in alive]}"
+    with contextlib.ExitStack() as stack:
+        central = [] if scheduler == "its own" else ["--scheduler-url", stack.enter_context(central_scheduler(tmp_path))]
+        proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", "2", *central],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline, forked = time.monotonic() + 300, []
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                forked = psutil.Process(proc.pid).children(recursive=True)
+            if forked and (work / "2-scrape").exists():  # tasks are running in forked processes
+                break
+            time.sleep(0.05)
+        assert forked and proc.poll() is None, "the run ended before its forked processes were caught working"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone, alive = psutil.wait_procs(forked, timeout=1)  # the kernel signals them at once
+        working = [p.pid for p in alive if status_of(p) not in (None, psutil.STATUS_ZOMBIE)]  # a zombie has ended
+        assert not working, f"processes outlived the killed run: {working}"
     r = run_cli("run", str(config), "--workers", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     no_traceback(r)
+
+
+def status_of(process) -> str | None:
+    """A process's state, None once it is gone."""
+    import psutil
+
+    try:
+        return process.status()
+    except psutil.NoSuchProcess:
+        return None
 
 
 def test_a_deterministic_failure_is_tried_once_and_every_report_says_its_cause(tmp_path, site):

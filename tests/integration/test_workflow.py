@@ -1,6 +1,5 @@
 """The Luigi graph: a tiny run end to end, reruns that redo only what changed or failed."""
 
-import contextlib
 import json
 import math
 import os
@@ -15,7 +14,17 @@ from pathlib import Path
 from support.cli import run_cli
 from support.files import TEST_DATA
 from support.hf_models import write_hf_gptj, write_hf_llama
-from support.runs import PER_URL_FILE, STAGES, copy_run, dataset_bytes, folders, make_run, stage_files, write_config
+from support.runs import (
+    PER_URL_FILE,
+    STAGES,
+    central_scheduler,
+    copy_run,
+    dataset_bytes,
+    folders,
+    make_run,
+    stage_files,
+    write_config,
+)
 from textmill.megatron.indexed import IndexedDataset
 from textmill.workflows import MergeDataset, ScrapeShard
 from textmill.workflows.framework import RunTask
@@ -241,31 +250,6 @@ def test_one_big_list_cut_into_units_gives_the_corpus_of_the_same_urls_in_files(
         assert len(second[stage] - first[stage]) == 1, stage  # the new unit's folder only
     assert {p: p.stat().st_mtime_ns for p in signatures} == signatures
     assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")
-
-
-@contextlib.contextmanager
-def central_scheduler(folder: Path):
-    """`textmill scheduler` (luigid with textmill's settings) on a free port of 127.0.0.1; yields its URL."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    luigid = subprocess.Popen([sys.executable, "-m", "textmill.cli", "scheduler", "--port", str(port),
-                               "--state-path", str(folder / "luigid.pickle"), "--logdir", str(folder / "luigid-logs")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert luigid.poll() is None, "luigid exited"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        luigid.terminate()
-        luigid.wait(timeout=30)
 
 
 def start_worker(config: Path, url: str) -> subprocess.Popen:

@@ -1,7 +1,11 @@
 """Run files for `textmill run` tests over the synthetic web, and what a run wrote."""
 
+import contextlib
 import json
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from textmill.demo import synthweb
@@ -91,3 +95,28 @@ def dataset_bytes(config: Path) -> bytes:
 
     prefix = MergeDataset(str(config)).output().prefix
     return Path(f"{prefix}.bin").read_bytes() + Path(f"{prefix}.idx").read_bytes()
+
+
+@contextlib.contextmanager
+def central_scheduler(folder: Path):
+    """`textmill scheduler` (luigid with textmill's settings) on a free port of 127.0.0.1; yields its URL."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    luigid = subprocess.Popen([sys.executable, "-m", "textmill.cli", "scheduler", "--port", str(port),
+                               "--state-path", str(folder / "luigid.pickle"), "--logdir", str(folder / "luigid-logs")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert luigid.poll() is None, "luigid exited"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        luigid.terminate()
+        luigid.wait(timeout=30)

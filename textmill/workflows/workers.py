@@ -10,8 +10,10 @@ not once per worker. They share a scheduler served from a thread of this process
 scheduler and HTTP API, as luigid serves them). With a central scheduler (luigid), Luigi's own worker runs a
 process per task, forked from this process after the same warm-up.
 
-A worker process dies with this one (the kernel signals it: Linux's parent-death signal), and holds no copy of
-the run's lock (runner.work_lock), so a killed run leaves nothing working on and nothing locked.
+While a build runs, every process forked from this one or from those (a worker, Luigi's process per task, a
+scrape's extraction process) dies with the process that forked it (the kernel signals it: Linux's parent-death
+signal), and none holds a copy of the run's lock (runner.work_lock), so a killed run leaves nothing working on
+and nothing locked.
 """
 
 from __future__ import annotations
@@ -31,16 +33,27 @@ import luigi.scheduler
 # The run's lock file while this process holds it (runner.work_lock): a forked child closes its copy at once.
 HELD_LOCKS: set[int] = set()
 PR_SET_PDEATHSIG = 1
+# While a build runs: every process forked from this one, or from those (a worker, Luigi's process per task with a
+# central scheduler, a scrape's extraction process), dies with the process that forked it.
+TIED = False
+forking = 0  # the pid of the process that forks, for the child to check
 
 
-def close_held_locks() -> None:
+def before_fork() -> None:
+    global forking
+    forking = os.getpid()
+
+
+def in_forked_child() -> None:
     for fd in HELD_LOCKS:
         with contextlib.suppress(OSError):
             os.close(fd)
     HELD_LOCKS.clear()
+    if TIED:
+        die_with_parent(forking)
 
 
-os.register_at_fork(after_in_child=close_held_locks)
+os.register_at_fork(before=before_fork, after_in_child=in_forked_child)
 
 
 def die_with_parent(parent: int) -> None:
@@ -92,7 +105,16 @@ def build(targets: list[luigi.Task], workers: int, scheduler_url: str | None, fa
     without adding the graph again, and leave once the scheduling worker has left and they are idle. With a
     central scheduler, Luigi's own worker of `workers` processes (a process per task, forked from this one,
     which has imported its tasks' libraries): on a luigid many machines share, an assistant could be handed
-    a task of another machine's run file, which need not exist here."""
+    a task of another machine's run file, which need not exist here. Every process it forks dies with it."""
+    global TIED
+    TIED, tied = True, TIED
+    try:
+        return build_tied(targets, workers, scheduler_url, factory, **options)
+    finally:
+        TIED = tied
+
+
+def build_tied(targets: list[luigi.Task], workers: int, scheduler_url: str | None, factory, **options) -> str:
     if workers == 1 or scheduler_url:
         where = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
         return luigi.build(targets, workers=workers, worker_scheduler_factory=factory, detailed_summary=True,
@@ -100,12 +122,11 @@ def build(targets: list[luigi.Task], workers: int, scheduler_url: str | None, fa
     ask_often()
     with served_scheduler() as (url, start):
         context = multiprocessing.get_context("fork")
-        parent = os.getpid()
         receiver, sender = context.Pipe(duplex=False)  # the scheduling worker's summary
         gone, there = os.pipe()  # its end closes when the scheduling worker ends: the assistants then leave
         # Not daemonic: a task may start processes of its own (the scrape's extraction workers).
-        processes = [context.Process(target=work, args=(targets, url, factory, options, sender, parent, (gone,)))]
-        processes += [context.Process(target=assist, args=(url, factory, options, parent, gone, (there, sender, receiver)))
+        processes = [context.Process(target=work, args=(targets, url, factory, options, sender, (gone,)))]
+        processes += [context.Process(target=assist, args=(url, factory, options, gone, (there, sender, receiver)))
                       for _ in range(workers - 1)]
         for process in processes:
             process.start()
@@ -131,10 +152,9 @@ def ask_often() -> None:
             config.set("worker", option, value)
 
 
-def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, parent: int, closing: tuple) -> None:
+def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, closing: tuple) -> None:
     """The scheduling worker: a Luigi worker on the scheduler at `url` until the targets are done or nothing
     more can run; its summary goes back through `sender`. `closing`: what of its parent's it must not hold."""
-    die_with_parent(parent)
     for fd in closing:
         os.close(fd)
     result = luigi.build(targets, workers=1, scheduler_url=url, worker_scheduler_factory=factory,
@@ -143,13 +163,12 @@ def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, pa
     sender.close()
 
 
-def assist(url: str, factory, options: dict, parent: int, gone: int, closing: tuple) -> None:
+def assist(url: str, factory, options: dict, gone: int, closing: tuple) -> None:
     """An assistant worker: runs what the scheduler at `url` hands it until the scheduling worker has ended
     (its pipe `gone` reads end of file) and it has nothing to run."""
     import logging
     import select
 
-    die_with_parent(parent)
     for end in closing:  # the write end of `gone` (a descriptor) and the summary pipe's ends (connections)
         if isinstance(end, int):
             os.close(end)
