@@ -97,15 +97,14 @@ def scheduler_costs(config: Path) -> tuple[int, int, float, float]:
     graph pending: the tasks of the graph, and what textmill hands the scheduler, their batches."""
     import luigi.scheduler
 
-    from textmill.workflows.batches import batched
+    from textmill.workflows.batches import batched, tasks_per_stage
     from textmill.workflows.framework import graph
-    from textmill.workflows.memos import run_config
     from textmill.workflows.model_tasks import EndToEnd
     from textmill.workflows.runner import configure_luigi
 
     configure_luigi()
     units = graph([EndToEnd(str(config))])
-    tasks = graph(batched([EndToEnd(str(config))], run_config(str(config)).run.tasks_per_stage))
+    tasks = graph(batched([EndToEnd(str(config))], tasks_per_stage(str(config), 1, "luigid")))  # what luigid holds
     scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
     deps = {task.task_id: [d.task_id for d in luigi.task.flatten(task.requires())] for task in tasks}  # the worker's
     started = time.perf_counter()

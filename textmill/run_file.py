@@ -42,12 +42,14 @@ class RunSection(Settings):
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)
-    tasks_per_stage: int = setting(128, "the most tasks the scheduler hands out for one stage: its units (or bands, "
-                                   "or shuffled shards) are batched into at most this many, each unit committed on "
-                                   "its own. luigid looks at every task of the graph each time a worker asks for one "
-                                   "(about 11 to 17 microseconds a task), so more tasks spread a stage over more "
-                                   "worker processes but slow every hand-out; about twice the worker processes of "
-                                   "all machines together is enough. Changes no output", least=1, keyed=False)
+    tasks_per_stage: int = setting(0, "the most tasks the scheduler hands out for one stage: its units (or bands, or "
+                                   "shuffled shards) are batched into at most this many, each unit committed on its "
+                                   "own. 0: four per worker process (--workers) when the run schedules its own work, "
+                                   "128 with a central scheduler (whose machines must all cut the stages alike). A "
+                                   "scheduler looks at every task of the graph each time a worker asks for one, so "
+                                   "more tasks spread a stage over more worker processes but slow every hand-out; "
+                                   "about twice the worker processes of all machines together is enough. Changes no "
+                                   "output", least=0, keyed=False)
 
 
 @dataclass(frozen=True)

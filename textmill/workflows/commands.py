@@ -21,7 +21,7 @@ from textmill.io.store import files_under, remove, shown, url_of
 from textmill.pipeline.shards import manifest_path
 from textmill.run_file import TABLES
 from textmill.settings import Settings, resolve, to_table
-from textmill.workflows.batches import batched
+from textmill.workflows.batches import batched, tasks_per_stage
 from textmill.workflows.corpus_tasks import (
     BlacklistShard,
     CleanShard,
@@ -70,7 +70,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         started = time.time()
         if workers > 1:
             warm(targets)
-        build(batched(targets, run_config(config).run.tasks_per_stage), workers, None, Schedulers(), log_level="CRITICAL")
+        build(batched(targets, tasks_per_stage(config, workers, None)), workers, None, Schedulers(), log_level="CRITICAL")
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)

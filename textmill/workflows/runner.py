@@ -22,7 +22,7 @@ import luigi.worker
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
-from textmill.workflows.batches import Batch, batched
+from textmill.workflows.batches import Batch, batched, tasks_per_stage
 from textmill.workflows.framework import RunTask, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
@@ -230,7 +230,7 @@ def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> R
                    and not task.complete()]
     if workers > 1:
         warm(targets)
-    batches = batched([*targets, *damaged], run_config(str(config)).run.tasks_per_stage)
+    batches = batched([*targets, *damaged], tasks_per_stage(str(config), workers, scheduler_url))
     summary = build(batches, workers, scheduler_url, Schedulers(), log_level="WARNING")
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
     ok = all(target.complete() for target in targets)
