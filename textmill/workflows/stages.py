@@ -153,11 +153,10 @@ class StageRecord(RunTask):
             shards = tasks[0].output().shards
             manifests = [read(manifest_path(p)) for p in shards]
         examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
-        timed = [*tasks, *stage.steps(self.config)]
-        summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(task_seconds(t) for t in timed))
+        timed = [(task.stage.split("-", 1)[1], task_seconds(task)) for task in [*tasks, *stage.steps(self.config)]]
+        summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(spent for _, spent in timed))
         seconds = {}
-        for task in timed:
-            step = task.stage.split("-", 1)[1]
-            seconds[step] = seconds.get(step, 0.0) + task_seconds(task)
+        for step, spent in timed:  # each time record read once
+            seconds[step] = seconds.get(step, 0.0) + spent
         write_json({"funnel": summary, "samples": stage_examples(examined, list(summary["reasons"])),
                     "seconds_per_stage": seconds, **stage.part(self.config, examined, manifests)}, self.output().done)
