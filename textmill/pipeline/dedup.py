@@ -8,10 +8,9 @@ such and spares computing a copy's signature.)
 
 Five steps, each a task of its own in a run, so that many workers share the work and no step holds the
 corpus in memory:
-1. `signature_shard`, per shard: the hash of every document's words and its datasketch MinHash signature,
-   computed with `update_batch` (hashing and the permutation minimum vectorised over all shingles of a
-   document), saved as NAME.minhash.parquet; an exact duplicate of an earlier document of the shard has
-   the same word shingles, so with word shingles its signature is copied, not computed. Signatures of
+1. `signature_shard`, per shard: the hash of every document's words and its MinHash signature (datasketch's
+   affine32 scheme, the permutation minimum vectorised over all shingles of a document), saved as
+   NAME.minhash.parquet; an exact duplicate of an earlier document of the shard has the same word shingles, so with word shingles its signature is copied, not computed. Signatures of
    old shards are reused when new shards arrive.
 2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
    64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key
@@ -58,29 +57,40 @@ STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (
 
 
 
-@functools.lru_cache(maxsize=8)
-def _permutations(num_perm: int, seed: int):
-    from datasketch import MinHash  # here, not at the top: datasketch brings scipy, which `--help` need not load
+# MinHash as datasketch (>= 2.0) computes it with scheme="affine32" and hashfunc=zlib.crc32, the same values
+# (tests/unit/pipeline/test_dedup.py compares them), written out so that a worker does not import datasketch,
+# which imports scipy (0.4 s a process, more than a unit of short documents costs).
+_UINT32_MAX = np.uint32(0xFFFFFFFF)
 
-    return MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+
+@functools.lru_cache(maxsize=8)
+def _permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The odd multipliers `a` and the offsets `b` of num_perm affine maps h -> a*h + b mod 2**32, drawn as
+    datasketch draws them from the seed (once per (num_perm, seed), not per document)."""
+    draw = np.random.RandomState(seed)
+    a = draw.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finalizer, a bijection of uint32 that spreads crc32's structure over all bits."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
 
 
 def signature(text: str, cfg: DedupConfig) -> np.ndarray:
-    """The MinHash signature (uint32[num_perm]) of one document."""
-    from datasketch import MinHash
-
-    # crc32 is a deterministic C hash; datasketch's affine scheme avalanches it before permuting.
-    # The permutations are drawn once per (num_perm, seed), not per document.
-    m = MinHash(
-        num_perm=cfg.num_perm,
-        seed=cfg.seed,
-        hashfunc=zlib.crc32,
-        permutations=_permutations(cfg.num_perm, cfg.seed),
-        scheme="affine32",
-    )
+    """The MinHash signature (uint32[num_perm]) of one document: for each of num_perm affine maps of its
+    shingles' hashes, the least value (uint32 arithmetic wraps, which is the mod 2**32)."""
+    a, b = _permutations(cfg.num_perm, cfg.seed)
+    values = np.full(cfg.num_perm, _UINT32_MAX, dtype=np.uint32)
     for chunk in shingle_chunks(text, cfg.shingle_size, cfg.shingle_unit):
-        m.update_batch(chunk)
-    return m.hashvalues.astype(np.uint32)
+        hashes = _fmix32(np.fromiter(map(zlib.crc32, chunk), dtype=np.uint32, count=len(chunk)))
+        np.minimum(values, (hashes[:, None] * a + b).min(axis=0), out=values)
+    return values
 
 
 def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:

@@ -9,7 +9,7 @@ import re
 from typing import Iterator
 
 _WORD = re.compile(r"\w+")
-_HASH_CHUNK = 8192  # shingles per update_batch call: bounds the (shingles x num_perm) matrix
+_HASH_CHUNK = 8192  # shingles hashed at once: bounds the (shingles x num_perm) matrix
 _SEEN_SHINGLES = 1 << 18  # distinct shingles a document's repeats are skipped against (about 25 MB at most)
 _TEXT_PIECE = 1 << 16  # characters of normalised text cut into character shingles at a time
 _SPACE = re.compile(r"\s")

@@ -109,9 +109,11 @@ def batch_of(task: luigi.Task, per_stage: int) -> Batch:
         params = {name: value for name, value in task.to_str_params().items() if name != "config"}
         return kind(task.config, task.task_family, 0, 1, per_stage, params)
     number, count = getattr(task, fanned_by), task.fan_count()
-    size = -(-count // per_stage)
-    first = number - number % size
-    return kind(task.config, task.task_family, first, min(first + size, count), per_stage)
+    # min(per_stage, count) batches whose sizes differ by one at most (10 tasks in 8: six of 1, two of 2, not
+    # five of 2), so that the workers' last round of a stage is as short as it can be.
+    batches = min(per_stage, count)
+    index = ((number + 1) * batches - 1) // count  # the batch i with i*count//batches <= number < (i+1)*...
+    return kind(task.config, task.task_family, index * count // batches, (index + 1) * count // batches, per_stage)
 
 
 def batched(tasks: list[luigi.Task], per_stage: int, leaving_out: str | None = None) -> list[Batch]:

@@ -197,7 +197,6 @@ class SignatureShard(ShardTask):
     """MinHash signatures of one scraped shard; kept as long as the shard and the MinHash settings are."""
 
     stage = "3-minhash"
-    libraries = (*RunTask.libraries, "datasketch")
 
     def requires(self):
         return scraped(self.config, self.shard)

@@ -100,7 +100,7 @@ class RunTask(luigi.Task):
     retry_count = 2
     # Modules its make() imports that take long to import, imported once by the process that forks the workers
     # (workers.py), which then never pay them per task: pandas for every task, since pyarrow imports it the
-    # first time it converts Python data (a shard's rows).
+    # first time it converts Python data (a shard's rows) where it is installed (textmill does not need it).
     libraries: tuple[str, ...] = ("pandas",)
 
     @property
@@ -319,11 +319,14 @@ def work_folders(tasks: list[luigi.Task]) -> set[Path]:
 
 def warm(targets: list[luigi.Task]) -> None:
     """Before worker processes are forked from this one: every task's key and output computed (memos they
-    inherit) and the libraries its tasks import loaded, so no worker pays either again."""
+    inherit) and the libraries its tasks import loaded, so no worker pays either again (a library that is not
+    installed is left to the task that needs it, which says so)."""
     import importlib
+    import importlib.util
 
     with listed_folders(*work_folders(targets)):
         for task in graph(targets):
             task.output()
             for library in getattr(task, "libraries", ()):
-                importlib.import_module(library)
+                if importlib.util.find_spec(library) is not None:
+                    importlib.import_module(library)

@@ -2,7 +2,7 @@
 itself, all asking one scheduler for work.
 
 Luigi's own `workers=N` starts a process per task: each paid a fork, the imports its stage needs (datasketch,
-pandas through pyarrow: most of a small task's time) and an exit, so a second worker made a stage slower. Here
+pandas through pyarrow where it is installed: most of a small task's time) and an exit, so a second worker made a stage slower. Here
 the processes are forked once, after this one has walked the graph and imported its tasks' libraries
 (framework.warm), which they inherit. One of them schedules the graph (an add_task per task); the others are
 Luigi's assistants, which run whatever the scheduler hands them, so the graph is registered once per command,

@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import re
+import zlib
 
 import pyarrow.parquet as pq
 import pytest
@@ -84,6 +85,22 @@ def test_precision_and_recall_on_generated_near_duplicates(tmp_path):
     # the keeper is the first document of its cluster in corpus order
     assert all(keeper < i for i, keeper in rejected.items())
     assert sum(m["counts"]["rejected"] for m in manifests) == len(rejected) == sum(clusters["cluster_sizes"]) - len(clusters["cluster_sizes"])
+
+
+@pytest.mark.parametrize("unit, num_perm, seed", [("word", 128, 42), ("char", 256, 7), ("word", 64, 0)])
+def test_signature_is_datasketch_minhash(unit, num_perm, seed):
+    """textmill's MinHash is datasketch's (scheme affine32, crc32 as the hash), value for value: datasketch stays
+    the reference, and a worker does not import it (nor scipy with it)."""
+    from datasketch import MinHash
+
+    rng = random.Random(seed)
+    long_page = " ".join(synthweb.prose(rng, 400))  # more shingles than one hashed chunk
+    texts = ["", "one", "Short words, short page.", long_page, *(" ".join(synthweb.prose(rng, 3)) for _ in range(20))]
+    cfg = DedupConfig(shingle_unit=unit, num_perm=num_perm, seed=seed)
+    for text in texts:
+        reference = MinHash(num_perm=num_perm, seed=seed, hashfunc=zlib.crc32, scheme="affine32")
+        reference.update_batch(list(shingles(text, cfg.shingle_size, unit)))
+        assert dedup.signature(text, cfg).tolist() == reference.hashvalues.tolist()
 
 
 def test_signatures_are_reused_and_output_is_deterministic(tmp_path):

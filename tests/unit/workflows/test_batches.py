@@ -28,9 +28,11 @@ def run_of(root: Path, units: int, per_stage: int) -> str:
 def test_each_task_of_a_stage_is_in_one_batch_of_consecutive_tasks(tmp_path):
     config = run_of(tmp_path, units=10, per_stage=4)
     spans = [(b.first, b.stop) for b in (batch_of(ScrapeShard(config, i), 4) for i in range(10))]
-    assert spans == [(0, 3)] * 3 + [(3, 6)] * 3 + [(6, 9)] * 3 + [(9, 10)]
+    assert spans == [(0, 2)] * 2 + [(2, 5)] * 3 + [(5, 7)] * 2 + [(7, 10)] * 3  # as even as 10 in 4 can be
     batch = batch_of(ScrapeShard(config, 4), 4)
-    assert batch.tasks == [ScrapeShard(config, i) for i in range(3, 6)] and type(batch) is Batch
+    assert batch.tasks == [ScrapeShard(config, i) for i in range(2, 5)] and type(batch) is Batch
+    assert {(b.first, b.stop) for b in (batch_of(ScrapeShard(config, i), 16) for i in range(10))} == {
+        (i, i + 1) for i in range(10)}  # more batches allowed than tasks: a task each
     assert type(batch_of(GivenFile(config, 0), 4)) is GivenBatch  # given units are there or not: never run
     bands = DedupBand(config, 0).fan_count()
     assert len({b.task_id for b in batched([DedupBand(config, n) for n in range(bands)], 4)}) == 4

@@ -35,3 +35,21 @@ def test_three_workers_share_the_tasks_and_write_what_one_writes(tmp_path):
     for m in one.manifests:
         for folder in ("", ".rejects/"):
             assert pq.read_table(tmp_path / "one" / folder / m["output"]) == pq.read_table(tmp_path / "three" / folder / m["output"])
+
+
+def test_workers_start_where_pandas_is_not_installed(tmp_path):
+    """`pip install textmill` brings no pandas (only the test extra's datasets does); pyarrow then does without it,
+    and so must the workers, which import it before they fork where it is installed."""
+    import subprocess
+    import sys
+
+    big = tmp_path / "export.jsonl"
+    big.write_text("".join(json.dumps(d) + "\n" for d in records(20)))
+    code = ("import sys; sys.modules['pandas'] = None  # as if not installed\n"
+            "from textmill.cli import main\n"
+            f"sys.exit(main(['dedup', {str(big)!r}, '-o', {str(tmp_path / 'out')!r}, '--workers', '2', "
+            "'--documents-per-shard', '5']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert len(list((tmp_path / "out").glob("*.parquet"))) == 4
