@@ -80,16 +80,20 @@ class Batch(luigi.Task):
         if later:  # requirements known once others finished (the fan-out over the shuffled shards)
             yield batched(later, self.per_stage)
         failures = []
-        for task in unfinished:
-            started = time.perf_counter()
-            try:
-                task.produce()
-            except Exception as exc:  # the others still run; the batch fails with the first failure
-                task.trigger_event(luigi.Event.FAILURE, task, exc)
-                failures.append(exc)
-                continue
-            task.trigger_event(luigi.Event.SUCCESS, task)
-            task.trigger_event(luigi.Event.PROCESSING_TIME, task, time.perf_counter() - started)
+        # Inputs are finished before a batch runs (and before the later ones are asked for), so their versions
+        # come from a listing of each stage folder read, not a HEAD per file and read: a band reads every
+        # unit's keys, a partition every unit's ids. What the tasks write or remove is kept in the listings.
+        with listed_folders(self.work):
+            for task in unfinished:
+                started = time.perf_counter()
+                try:
+                    task.produce()
+                except Exception as exc:  # the others still run; the batch fails with the first failure
+                    task.trigger_event(luigi.Event.FAILURE, task, exc)
+                    failures.append(exc)
+                    continue
+                task.trigger_event(luigi.Event.SUCCESS, task)
+                task.trigger_event(luigi.Event.PROCESSING_TIME, task, time.perf_counter() - started)
         if failures:
             raise failures[0]
 
