@@ -192,8 +192,10 @@ class RunConfig:
     command: str | None = None
 
 
-# The corpus stages a command can run alone, in graph order.
-CORPUS_STAGES = ("blacklist", "scrape", "extract", "dedup", "clean", "quality", "shuffle", "decontaminate")
+# The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
+# (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.
+CORPUS_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
+                 "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 
 def load_config(path: str | Path) -> RunConfig:

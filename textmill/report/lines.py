@@ -179,19 +179,23 @@ def served_line(stats: dict, seconds: float) -> str:
             f"{seconds_tag(seconds)}")
 
 
+# A stage's second line in a run's funnel, from its own part of the run record (workflows/stages.py).
+STAGE_LINES = {"dedup": lambda record: dedup_line(record["dedup"]),
+               "decontaminate": lambda record: decontaminate_line(record["decontaminate"],
+                                                                  record["decontaminate"]["key_threshold"])}
+
+
 def funnel_lines(record: dict) -> list[str]:
-    """The corpus stages of a run record, one line each (dedup and decontamination with a second line, a
-    stage that rejected most of its input with a warning), then the token count."""
+    """The corpus stages of a run record, one line each (a stage with a line of its own, STAGE_LINES, a second;
+    a stage that rejected most of its input with a warning), then the token count."""
     lines = []
     for s in record["funnel"]:
         lines.append(stage_line(s))
         warning = reject_warning(s)
         if warning:
             lines.append("  " + warning)
-        if s["stage"] == "dedup":
-            lines.append(dedup_line(record["dedup"]))
-        if s["stage"] == "decontaminate":
-            lines.append(decontaminate_line(record["decontaminate"], record["decontaminate"]["key_threshold"]))
+        if s["stage"] in STAGE_LINES:
+            lines.append(STAGE_LINES[s["stage"]](record))
     corpus = record.get("corpus")
     if corpus:
         lines.append(f"tokenize: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "

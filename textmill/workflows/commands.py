@@ -22,20 +22,11 @@ from textmill.pipeline.shards import manifest_path
 from textmill.run_file import TABLES
 from textmill.settings import Settings, resolve, to_table
 from textmill.workflows.batches import batched, tasks_per_stage
-from textmill.workflows.corpus_tasks import (
-    BlacklistShard,
-    CleanShard,
-    DedupClusters,
-    DedupShard,
-    ExtractShard,
-    QualityShard,
-    ScrapeShard,
-)
-from textmill.workflows.framework import RunTask, graph, input_files, num_shards, warm
+from textmill.workflows.framework import RunTask, graph, input_files, warm
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES
 from textmill.workflows.runner import Schedulers, configure_luigi, upgrade_work_layout, work_lock
-from textmill.workflows.shuffle_tasks import Decontaminate, Shuffle
+from textmill.workflows.stages import STAGE_NAMES, shard_files
 from textmill.workflows.workers import build
 
 COMMAND_BUSY = "another textmill command is working in {work} ({holder}); wait for it to finish"
@@ -74,9 +65,9 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)
-        result = stage_result(targets)
+        result = stage_result(stage, targets)
         if stage != "blacklist":  # its shards are URLs, not documents
-            place_kept(folder, kept_shards(targets), output_format)
+            place_kept(folder, kept_shards(stage, config), output_format)
         return result
 
 
@@ -109,11 +100,9 @@ def remove_stale(stage: str, folder: Path, targets: list[luigi.Task]) -> None:
               f"({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
 
 
-def kept_shards(targets: list[luigi.Task]) -> list[Path]:
+def kept_shards(stage: str, config: str) -> list[Path]:
     """The stage's kept shards, as its tasks write them (Parquet)."""
-    if isinstance(targets[0], (Shuffle, Decontaminate)):
-        return targets[0].output().shards
-    return [t.output().shard for t in targets if not isinstance(t, DedupClusters)]
+    return shard_files(STAGE_NAMES[stage].shards(config))
 
 
 def place_kept(folder: Path, shards: list[Path], output_format: str) -> None:
@@ -167,22 +156,13 @@ def command_file(stage: str, inputs: list[str], output: str | Path, settings: di
 
 def stage_targets(config: str) -> list[luigi.Task]:
     """The tasks whose completion is the stage's: each output shard's, and the stage's own record."""
-    stage, shards = run_config(config).command, range(num_shards(run_config(config)))
-    if stage == "shuffle":
-        return [Shuffle(config)]
-    if stage == "decontaminate":
-        return [Decontaminate(config)]
-    if stage == "dedup":
-        return [*(DedupShard(config, i) for i in shards), DedupClusters(config)]
-    kind = {"blacklist": BlacklistShard, "scrape": ScrapeShard, "extract": ExtractShard, "clean": CleanShard,
-            "quality": QualityShard}[stage]
-    return [kind(config, i) for i in shards]
+    return STAGE_NAMES[run_config(config).command].targets(config)
 
 
-def stage_result(targets: list[luigi.Task]) -> StageResult:
+def stage_result(stage: str, targets: list[luigi.Task]) -> StageResult:
     """The output shards' manifests and the stage's record, from its finished targets (stage_targets)."""
-    record = read_json(targets[-1].output().done) if isinstance(targets[-1], (Shuffle, Decontaminate, DedupClusters)) else None
-    return StageResult([read_json(manifest_path(p)) for p in kept_shards(targets)], record)
+    record = read_json(targets[-1].output().done) if STAGE_NAMES[stage].summary else None
+    return StageResult([read_json(manifest_path(p)) for p in kept_shards(stage, targets[0].config)], record)
 
 
 def why_unfinished(stage: str, folder: Path, since: float) -> TextmillError:

@@ -29,7 +29,7 @@ import luigi
 from textmill.io.files import file_fingerprint, write_json
 from textmill.io.store import listed_folders
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
-from textmill.run_file import RunConfig
+from textmill.run_file import CORPUS_STAGES, RunConfig
 from textmill.pipeline.units import LineUnit, RowUnit
 from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, listed_units, run_config
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
@@ -81,13 +81,6 @@ def num_shards(settings: RunConfig) -> int:
 def unit_name(unit: Unit) -> str:
     """A unit's shard name in every stage: NAME-00042 for a unit cut from a file, a whole given shard's own."""
     return shard_stem(unit) if isinstance(unit, Path) else unit.name
-
-
-# The folder of each corpus stage's output: where a stage command (`textmill dedup ... -o OUT`) writes
-# straight into OUT; the steps before it (signatures, band keys, ...) go to OUT/.textmill/STAGE/KEY.
-COMMAND_OUTPUT_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
-                         "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle",
-                         "decontaminate": "6-decontaminate"}
 
 
 class RunTask(luigi.Task):
@@ -151,9 +144,10 @@ class RunTask(luigi.Task):
         return self.requires()[name].output()
 
     def writes_command_output(self) -> bool:
-        """Whether this task writes into a stage command's output folder, which is not keyed."""
+        """Whether this task writes into a stage command's output folder, which is not keyed (the tasks of the
+        stage's output folder; the steps before it, signatures, band keys..., go to OUT/.textmill/STAGE/KEY)."""
         command = self.settings.command
-        return command is not None and self.stage == COMMAND_OUTPUT_STAGES[command]
+        return command is not None and self.stage == CORPUS_STAGES[command]
 
     def target(self) -> WorkTarget:
         """What the task writes: by default its record, .task.json."""

@@ -7,8 +7,10 @@ requests per task: at 2,000 units and 64 processes, millions of requests after t
 record is a task of its own (StageRecord), run once by one worker when the stage is finished; a run's record
 then reads one file per stage.
 
-STAGES lists the stages in graph order: the tasks whose outputs are the stage's shards, the stage's other
-steps (their time is the stage's), whether a run has the stage, and the stage's own part of the record.
+STAGES gives each of the run file's corpus stages (run_file.CORPUS_STAGES, in graph order) its tasks: those
+whose outputs are the stage's shards, the stage's other steps (their time is the stage's), the task whose done
+file is what its command reports besides the counts, whether a run has the stage, and the stage's own part of
+the record. A run, a stage command, a stage's record and the funnel all go through this list.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ def per_unit(kind: type) -> Callable[[str], list]:
 def read(path: Path) -> dict:
     """A done file or manifest of a task found complete (so whole)."""
     return read_json_record(path, "ignored") or {}
+
+
+def shard_files(tasks: list) -> list[Path]:
+    """The shards a stage's `shards` tasks write: one each, or a set's (the shuffle's, decontamination's)."""
+    if isinstance(tasks[0], ShardTask):
+        return [task.output().shard for task in tasks]
+    return tasks[0].output().shards
 
 
 def local_copies(shards: list[Path]) -> list[Path]:
@@ -99,17 +108,27 @@ class Stage:
     steps: Callable[[str], list] = lambda config: []  # config -> its other tasks (their time is the stage's)
     in_run: Callable[[RunConfig], bool] = lambda settings: True  # whether a run of these settings has it
     part: Callable[[str, list[Path], list[dict]], dict] = lambda config, examined, manifests: {}  # its own figures
+    summary: Callable[[str], luigi.Task] | None = None  # config -> the task whose done file its command reports
+
+    def targets(self, config: str) -> list:
+        """The tasks whose completion is the stage's (its command's targets): its shards', then its summary's."""
+        shards = self.shards(config)
+        summary = self.summary(config) if self.summary else None
+        return shards if summary is None or summary in shards else [*shards, summary]
 
 
 STAGES = (
     Stage("blacklist", per_unit(c.BlacklistShard), blacklist_steps),
     Stage("scrape", per_unit(c.ScrapeShard)),
-    Stage("dedup", per_unit(c.DedupShard), dedup_steps, part=dedup_part),
+    # Pages a scrape kept, extracted again (`textmill extract`): a command's stage, in no run.
+    Stage("extract", per_unit(c.ExtractShard), in_run=lambda settings: False),
+    Stage("dedup", per_unit(c.DedupShard), dedup_steps, part=dedup_part, summary=c.DedupClusters),
     Stage("clean", per_unit(c.CleanShard)),
     Stage("quality", per_unit(c.QualityShard), in_run=lambda settings: settings.quality.preset != "none"),
-    Stage("shuffle", lambda config: [s.Shuffle(config)], shuffle_steps),
+    Stage("shuffle", lambda config: [s.Shuffle(config)], shuffle_steps, summary=s.Shuffle),
     Stage("decontaminate", lambda config: [s.Decontaminate(config)], decontaminate_steps,
-          in_run=lambda settings: bool(settings.decontaminate.eval_files), part=decontaminate_part),
+          in_run=lambda settings: bool(settings.decontaminate.eval_files), part=decontaminate_part,
+          summary=s.Decontaminate),
 )
 STAGE_NAMES = {stage.name: stage for stage in STAGES}
 
@@ -146,12 +165,8 @@ class StageRecord(RunTask):
         from textmill.report.page import SCANNED_SHARDS, stage_examples
 
         stage, tasks = STAGE_NAMES[self.name], self.requires()
-        if isinstance(tasks[0], ShardTask):  # its done file is its shard's manifest
-            shards = [task.output().shard for task in tasks]
-            manifests = [read(task.output().done) for task in tasks]
-        else:
-            shards = tasks[0].output().shards
-            manifests = [read(manifest_path(p)) for p in shards]
+        shards = shard_files(tasks)
+        manifests = [read(manifest_path(p)) for p in shards]
         examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
         timed = [(task.stage.split("-", 1)[1], task_seconds(task)) for task in [*tasks, *stage.steps(self.config)]]
         summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(spent for _, spent in timed))

@@ -38,7 +38,12 @@ def test_every_corpus_task_of_the_graph_belongs_to_one_stage(tmp_path):
         assert not any(task.stage.startswith(AFTER_THE_CORPUS) for task in tasks)
 
 
-def test_the_stages_are_the_run_files_corpus_stages_in_order():
+def test_the_stages_are_the_run_files_corpus_stages_in_order(tmp_path):
+    """One list: the run file's stages (what a command may run, where its output lies) are the graph's, and each
+    stage's shard tasks write into the folder the run file names."""
     from textmill.run_file import CORPUS_STAGES
 
-    assert [stage.name for stage in STAGES] == [name for name in CORPUS_STAGES if name != "extract"]
+    assert [stage.name for stage in STAGES] == list(CORPUS_STAGES)
+    config = run_file(tmp_path, "gopher")
+    for stage in STAGES:
+        assert {task.stage for task in stage.shards(config)} == {CORPUS_STAGES[stage.name]}
