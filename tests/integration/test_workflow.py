@@ -180,8 +180,8 @@ def test_a_failed_and_a_killed_shard_are_redone_alone_and_give_the_same_bytes(tm
     ok, summary, record, folder = run_workflow(config)
     assert not ok and "ScrapeShard" in summary and not MergeDataset(str(config)).complete()
     # The failed run is recorded too: what failed, the stages it got through, a row in the results.
-    assert record["status"] == "failed" and "ScrapeShard(RS_1-00000): IsADirectoryError" in record["failed"][0]
-    assert [s["stage"] for s in record["funnel"]] == ["blacklist"] and "corpus" not in record
+    assert record.status == "failed" and "ScrapeShard(RS_1-00000): IsADirectoryError" in record.failed[0]
+    assert [s.stage for s in record.funnel] == ["blacklist"] and record.corpus is None
     assert "IsADirectoryError" in (folder / "report.html").read_text()
     assert (tmp_path / "broken" / "work" / "results.tsv").read_text().splitlines()[-1].split("\t")[1] == "failed"
     assert ScrapeShard(str(config), 2).complete() and not ScrapeShard(str(config), 1).complete()
@@ -336,25 +336,25 @@ def test_a_retrain_on_a_grown_corpus_starts_from_the_latest_model_when_asked(tmp
                                       f'merge_file = "{TEST_DATA / "gpt2-merges.txt"}"')
     config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "latest"'))
     first = run_workflow(config)
-    assert first.ok and first.record["train"]["started_from"] is None  # nothing earlier: from scratch
+    assert first.ok and first.record.train.started_from is None  # nothing earlier: from scratch
 
     make_run(tmp_path, site, files=3, train="true")  # a new URL list arrives
     config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "latest"'))
     second = run_workflow(config)
-    assert second.ok and second.record["train"]["started_from"] == first.record["train"]["checkpoints"]
-    [log] = [p for p in (tmp_path / "work" / "10-train").glob("*/train.log") if str(p.parent) in second.record["train"]["checkpoints"]]
-    assert f"--load {first.record['train']['checkpoints']} --finetune" in log.read_text()
+    assert second.ok and second.record.train.started_from == first.record.train.checkpoints
+    [log] = [p for p in (tmp_path / "work" / "10-train").glob("*/train.log") if str(p.parent) in second.record.train.checkpoints]
+    assert f"--load {first.record.train.checkpoints} --finetune" in log.read_text()
 
     third = run_workflow(config)  # nothing new: the model of this corpus is there already
-    assert third.ok and third.record["train"] == second.record["train"]
+    assert third.ok and third.record.train == second.record.train
     assert len(list((tmp_path / "work" / "10-train").iterdir())) == 2
     rows = (tmp_path / "work" / "results.md").read_text().splitlines()[-3:]
     assert [row.split(" | ")[1] for row in rows] == ["done"] * 3
 
     config.write_text(text.replace("enabled = true", 'enabled = true\nresume = "fresh"'))
     fresh = run_workflow(config)
-    assert fresh.ok and fresh.record["train"]["started_from"] is None
-    assert fresh.record["train"]["checkpoints"] != second.record["train"]["checkpoints"]
+    assert fresh.ok and fresh.record.train.started_from is None
+    assert fresh.record.train.checkpoints != second.record.train.checkpoints
 
 
 def test_schedule_prints_installs_and_removes_the_daily_crontab_line_which_runs_the_chain(tmp_path, finished_run):

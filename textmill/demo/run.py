@@ -109,18 +109,18 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
         print(summary)
         raise TextmillError(f"the demo's run did not finish; `textmill status {config}` lists what failed")
 
-    trained, exported = record["train"], record["export"]
+    trained, exported = record.train, record.export
     lines = ["", "textmill demo: corpus funnel (URLs in, kept and rejected at each stage, with reasons)",
              *funnel_lines(record), "",
-             f"train: tiny GPT, {trained['iterations']} iterations on CPU, validation loss {trained['valid_loss']:.3f} "
-             f"-> {trained['checkpoints']}"]
-    for r in record["evaluate"]:
-        name = "cloze set (held-out generated text)" if r["file"] == str(eval_file) else Path(r["file"]).name
-        lines.append(f"evaluate: {name}: strict last-word accuracy {r['accuracy']:.1%} ({r['correct']}/{r['total']}), "
-                     f"perplexity {r['perplexity']:.1f}")
-    lines.append(f"export: Hugging Face {exported['family']} model -> {exported['output']}")
+             f"train: tiny GPT, {trained.iterations} iterations on CPU, validation loss {trained.valid_loss:.3f} "
+             f"-> {trained.checkpoints}"]
+    for r in record.evaluate:
+        name = "cloze set (held-out generated text)" if r.file == str(eval_file) else Path(r.file).name
+        lines.append(f"evaluate: {name}: strict last-word accuracy {r.accuracy:.1%} ({r.correct}/{r.total}), "
+                     f"perplexity {r.perplexity:.1f}")
+    lines.append(f"export: Hugging Face {exported.family} model -> {exported.output}")
     lines += [f"report: {folder / 'report.html'} (also {workdir / 'work' / 'report.html'})",
-              "", "a sample (top-p 0.9, seed 1):", sample(Path(trained["checkpoints"]), "The old sailor"), "",
+              "", "a sample (top-p 0.9, seed 1):", sample(Path(trained.checkpoints), "The old sailor"), "",
               f"textmill demo: done in {time.perf_counter() - started:.0f}s; the run is {config}"]
     return "\n".join(lines)
 

@@ -6,20 +6,21 @@ from pathlib import Path
 
 from textmill.io.store import shown
 from textmill.pipeline.shards import summarize
+from textmill.report.record import RunRecord, StageCounts
 
 
-def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float) -> dict:
+def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float) -> StageCounts:
     """The counts of one stage over its shards' manifests, and its throughput over `seconds` (the time
     its tasks ran, added up: per worker): records in per second, and MB per second of the kept shards
     it wrote (zstd Parquet)."""
     total = summarize(manifests)
     c = total["counts"]
     written = sum(m.get("bytes") or kept_bytes(Path(output) / m["output"]) for m in manifests)
-    return {"stage": stage, "shards": total["shards"], "input": c.get("input", 0), "kept": c.get("kept", 0),
-            "rejected": c.get("rejected", 0), "rows_out": c.get("output_rows", c.get("kept", 0)),
-            "reasons": total["reasons"], "output": shown(Path(output)), "seconds": seconds, "bytes": written,
-            "records_per_s": round(c.get("input", 0) / seconds) if seconds > 0 else None,
-            "mb_per_s": round(written / 2**20 / seconds, 3) if seconds > 0 else None}
+    return StageCounts(stage=stage, shards=total["shards"], input=c.get("input", 0), kept=c.get("kept", 0),
+                       rejected=c.get("rejected", 0), rows_out=c.get("output_rows", c.get("kept", 0)),
+                       reasons=total["reasons"], output=shown(Path(output)), seconds=seconds, bytes=written,
+                       records_per_s=round(c.get("input", 0) / seconds) if seconds > 0 else None,
+                       mb_per_s=round(written / 2**20 / seconds, 3) if seconds > 0 else None)
 
 
 def kept_bytes(shard: Path) -> int:
@@ -27,11 +28,11 @@ def kept_bytes(shard: Path) -> int:
     return shard.stat().st_size if shard.exists() else 0
 
 
-def stage_line(s: dict) -> str:
-    reasons = ", ".join(f"{k} {v}" for k, v in list(s["reasons"].items())[:8]) or "none"
-    extra = f", {s['rows_out']} rows out" if s["rows_out"] != s["kept"] else ""
-    return (f"{s['stage']}: {s['shards']} shard(s), {s['input']} in, {s['kept']} kept, {s['rejected']} rejected "
-            f"({reasons}){extra} -> {s['output']} [{s['seconds']:.1f}s]")
+def stage_line(s: StageCounts) -> str:
+    reasons = ", ".join(f"{k} {v}" for k, v in list(s.reasons.items())[:8]) or "none"
+    extra = f", {s.rows_out} rows out" if s.rows_out != s.kept else ""
+    return (f"{s.stage}: {s.shards} shard(s), {s.input} in, {s.kept} kept, {s.rejected} rejected "
+            f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s]")
 
 
 # What to do when one reason rejects most of what a stage read, by the reason's name (before any "=").
@@ -55,15 +56,15 @@ REMEDIES = {
 }
 
 
-def reject_warning(s: dict) -> str | None:
+def reject_warning(s: StageCounts) -> str | None:
     """A warning when one reason rejected more than half of what a stage read, with what to do about it."""
-    if not s["input"] or not s["reasons"]:
+    if not s.input or not s.reasons:
         return None
-    reason, count = max(s["reasons"].items(), key=lambda item: item[1])
-    if 2 * count <= s["input"]:
+    reason, count = max(s.reasons.items(), key=lambda item: item[1])
+    if 2 * count <= s.input:
         return None
     remedy = REMEDIES.get(reason.partition("=")[0])
-    return (f"warning: {s['stage']} rejected {count} of {s['input']} ({count / s['input']:.0%}) as {reason}"
+    return (f"warning: {s.stage} rejected {count} of {s.input} ({count / s.input:.0%}) as {reason}"
             + (f": {remedy}" if remedy else ""))
 
 
@@ -161,11 +162,11 @@ def convert_line(r: dict) -> str:
             f"{r['tp']}, pipeline parallel {r['pp']}, {r['format']}; weights only) {seconds_tag(r['seconds'])}")
 
 
-def failed_run_lines(record: dict, folder: Path) -> list[str]:
+def failed_run_lines(record: RunRecord, folder: Path) -> list[str]:
     """The end of a failed `textmill run`; the last line names what failed and why."""
-    failed = record.get("failed") or ["no task failed here, but the graph is not finished (see the summary above)"]
+    failed = record.failed or ["no task failed here, but the graph is not finished (see the summary above)"]
     more = f" (and {len(failed) - 1} more: textmill status)" if len(failed) > 1 else ""
-    return [f"textmill run: failed after {record['seconds']:.1f}s (recorded in {shown(folder)}); `textmill run` again redoes "
+    return [f"textmill run: failed after {record.seconds:.1f}s (recorded in {shown(folder)}); `textmill run` again redoes "
             "only what is not finished", f"textmill run: failed: {failed[0]}{more}"]
 
 
@@ -180,24 +181,23 @@ def served_line(stats: dict, seconds: float) -> str:
 
 
 # A stage's second line in a run's funnel, from its own part of the run record (workflows/stages.py).
-STAGE_LINES = {"dedup": lambda record: dedup_line(record["dedup"]),
-               "decontaminate": lambda record: decontaminate_line(record["decontaminate"],
-                                                                  record["decontaminate"]["key_threshold"])}
+STAGE_LINES = {"dedup": lambda record: dedup_line(record.dedup),
+               "decontaminate": lambda record: decontaminate_line(record.decontaminate,
+                                                                  record.decontaminate["key_threshold"])}
 
 
-def funnel_lines(record: dict) -> list[str]:
+def funnel_lines(record: RunRecord) -> list[str]:
     """The corpus stages of a run record, one line each (a stage with a line of its own, STAGE_LINES, a second;
     a stage that rejected most of its input with a warning), then the token count."""
     lines = []
-    for s in record["funnel"]:
+    for s in record.funnel:
         lines.append(stage_line(s))
         warning = reject_warning(s)
         if warning:
             lines.append("  " + warning)
-        if s["stage"] in STAGE_LINES:
-            lines.append(STAGE_LINES[s["stage"]](record))
-    corpus = record.get("corpus")
+        if s.stage in STAGE_LINES:
+            lines.append(STAGE_LINES[s.stage](record))
+    corpus = record.corpus
     if corpus:
-        lines.append(f"tokenize: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "
-                     f"{corpus['dataset']}.bin/.idx")
+        lines.append(f"tokenize: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {corpus.dataset}.bin/.idx")
     return lines

@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 
 from textmill.io.files import atomic_path
+from textmill.report.record import RunRecord, StageCounts
 from textmill.report.results import cell, columns_of, results_rows
 
 
@@ -25,11 +26,11 @@ def figure(width: float = 7.0, height: float = 3.2):
     return fig, fig.subplots()
 
 
-def funnel_chart(funnel: list[dict]) -> str:
+def funnel_chart(funnel: list[StageCounts]) -> str:
     fig, ax = figure(7.0, 0.5 + 0.45 * len(funnel))
-    names = [s["stage"] for s in funnel][::-1]
-    kept = [s["kept"] for s in funnel][::-1]
-    rejected = [s["rejected"] for s in funnel][::-1]
+    names = [s.stage for s in funnel][::-1]
+    kept = [s.kept for s in funnel][::-1]
+    rejected = [s.rejected for s in funnel][::-1]
     ax.barh(names, kept, color="#4c72b0", label="kept")
     ax.barh(names, rejected, left=kept, color="#dd8452", label="rejected")
     for y, (k, r) in enumerate(zip(kept, rejected)):
@@ -250,35 +251,35 @@ th{background:#eee}td:first-child{text-align:left}.bad{color:#b00}img{max-width:
 table.text td{text-align:left;vertical-align:top;font-size:90%}"""
 
 
-def render_report(record: dict, history: list[dict]) -> str:
+def render_report(record: RunRecord, history: list[RunRecord]) -> str:
     """report.html of one run: what each section shows is only what the run got to."""
-    title = f"textmill run {record['run']}"
+    title = f"textmill run {record.run}"
     parts = [f"<h1>{html.escape(title)}</h1>",
-             f"<p>{html.escape(record['config'])}: <b>{record['status']}</b> in {record['seconds']:.0f}s, started "
-             f"{html.escape(record['started'])}.</p>"]
-    if record.get("failed"):
-        parts.append('<p class="bad">Failed: ' + "<br>".join(html.escape(f) for f in record["failed"]) + "</p>")
-    funnel = record.get("funnel") or []
+             f"<p>{html.escape(record.config)}: <b>{record.status}</b> in {record.seconds:.0f}s, started "
+             f"{html.escape(record.started)}.</p>"]
+    if record.failed:
+        parts.append('<p class="bad">Failed: ' + "<br>".join(html.escape(f) for f in record.failed) + "</p>")
+    funnel = record.funnel
     if funnel:
         parts += ["<h2>Corpus funnel</h2>", funnel_chart(funnel),
-                  table([[link(s["output"], s["stage"]), s["input"], s["kept"], s["rejected"],
-                          ", ".join(f"{k} {v}" for k, v in s["reasons"].items()) or "-",
-                          s.get("records_per_s"), s.get("mb_per_s"),
-                          round(s["bytes"] / 2**20, 2) if s.get("bytes") is not None else None] for s in funnel],
+                  table([[link(s.output, s.stage), s.input, s.kept, s.rejected,
+                          ", ".join(f"{k} {v}" for k, v in s.reasons.items()) or "-",
+                          s.records_per_s, s.mb_per_s,
+                          round(s.bytes / 2**20, 2) if s.bytes is not None else None] for s in funnel],
                         ["stage (its folder)", "in", "kept", "rejected", "rejected because", "records/s per worker",
                          "MB/s per worker", "MB written"])]
-    if record.get("samples"):
-        parts += examples_section(record["samples"])
-    if record.get("dedup"):
-        sizes = record["dedup"]["cluster_sizes"]
+    if record.samples:
+        parts += examples_section(record.samples)
+    if record.dedup:
+        sizes = record.dedup["cluster_sizes"]
         parts.append("<h2>Near-duplicate clusters</h2>")
-        parts.append(f"<p>{len(sizes)} cluster(s) of {record['dedup']['documents']:,} documents; "
+        parts.append(f"<p>{len(sizes)} cluster(s) of {record.dedup['documents']:,} documents; "
                      f"{sum(sizes) - len(sizes)} removed (one kept per cluster).</p>")
         if sizes:
             parts.append(cluster_chart(sizes))
-        if record.get("duplicate_pairs"):
-            parts += pairs_section(record["duplicate_pairs"])
-    decontaminated = record.get("decontaminate")
+        if record.duplicate_pairs:
+            parts += pairs_section(record.duplicate_pairs)
+    decontaminated = record.decontaminate
     if decontaminated:
         parts += ["<h2>Decontamination</h2>",
                   f"<p>{decontaminated['used']:,} of {decontaminated['eval_ngrams']:,} evaluation n-grams used; "
@@ -288,31 +289,31 @@ def render_report(record: dict, history: list[dict]) -> str:
             parts.append(table([[link(d["url"], d["url"] or d["id"]), d["pieces"], d["characters_removed"]]
                                 for d in decontaminated["touched"]],
                                ["document cut", "pieces left", "characters removed"]))
-    corpus = record.get("corpus")
+    corpus = record.corpus
     if corpus:
-        shapes = corpus.get("histograms")  # made with the token files: none for those an older textmill merged
+        shapes = corpus.histograms  # made with the token files: none for those an older textmill merged
         parts += ["<h2>Documents</h2>", *([histogram_chart(shapes["characters"], "characters per document"),
                                            histogram_chart(shapes["tokens"], "tokens per document")] if shapes else []),
-                  f"<p>{corpus['documents']:,} documents, {corpus['tokens']:,} tokens in "
-                  f"{link(corpus['dataset'] + '.bin', corpus['dataset'] + '.bin')}/.idx</p>"]
-    train = record.get("train")
+                  f"<p>{corpus.documents:,} documents, {corpus.tokens:,} tokens in "
+                  f"{link(corpus.dataset + '.bin', corpus.dataset + '.bin')}/.idx</p>"]
+    train = record.train
     if train:
         from textmill.trainer.metrics import read_metrics
 
-        metrics = read_metrics(Path(train["checkpoints"]))
-        started = f", starting from {train['started_from']}" if train.get("started_from") else ""
+        metrics = read_metrics(Path(train.checkpoints))
+        started = f", starting from {train.started_from}" if train.started_from else ""
         parts += ["<h2>Training</h2>",
-                  f"<p>{train['iterations']} iterations{html.escape(started)}; final training loss "
-                  f"{cell(train['lm_loss'])}, validation loss {cell(train['valid_loss'])}; checkpoints in "
-                  f"{link(train['checkpoints'])}.</p>"]
+                  f"<p>{train.iterations} iterations{html.escape(started)}; final training loss "
+                  f"{cell(train.lm_loss)}, validation loss {cell(train.valid_loss)}; checkpoints in "
+                  f"{link(train.checkpoints)}.</p>"]
         if metrics:
             parts.append(training_chart(metrics))
-    if record.get("evaluate"):
+    if record.evaluate:
         parts += ["<h2>Evaluation</h2>",
-                  table([[r["name"], f"{r['accuracy']:.2%}", f"{r['correct']}/{r['total']}", r["perplexity"]]
-                         for r in record["evaluate"]], ["LAMBADA-format file", "accuracy", "correct", "perplexity"])]
-    if record.get("seconds_per_stage"):
-        parts += ["<h2>Time per stage</h2>", times_chart(record["seconds_per_stage"])]
+                  table([[r.name, f"{r.accuracy:.2%}", f"{r.correct}/{r.total}", r.perplexity]
+                         for r in record.evaluate], ["LAMBADA-format file", "accuracy", "correct", "perplexity"])]
+    if record.seconds_per_stage:
+        parts += ["<h2>Time per stage</h2>", times_chart(record.seconds_per_stage)]
     rows = results_rows(history)
     if rows:
         parts += ["<h2>This run beside the earlier ones</h2>",
@@ -322,7 +323,7 @@ def render_report(record: dict, history: list[dict]) -> str:
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def write_report(record: dict, history: list[dict], path: Path) -> Path:
+def write_report(record: RunRecord, history: list[RunRecord], path: Path) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(render_report(record, history), encoding="utf-8")
     return path

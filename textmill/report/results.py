@@ -1,58 +1,64 @@
-"""The results of the runs: each run's record (runs/<name>/run.json, built by
-textmill.workflows.records.run_record: plain JSON with the funnel, the dedup clusters, the corpus, training,
-evaluation and the seconds per stage), the lines `textmill run` ends with, and work/results.md (the last
+"""The results of the runs: each run's record (runs/<name>/run.json, a report.record.RunRecord built by
+textmill.workflows.run_records.run_record: the funnel, the dedup clusters, the corpus, training, evaluation
+and the seconds per stage), the lines `textmill run` ends with, and work/results.md (the last
 runs side by side, with what got worse) and results.tsv (every run)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from textmill.io.files import atomic_path, read_json_record
+from textmill.io.files import atomic_path, read_json_record, report_damage
 from textmill.io.store import files_under, shown
 from textmill.report.lines import funnel_lines
+from textmill.report.record import RunRecord
 
 
-def read_runs(runs: Path) -> list[dict]:
+def read_runs(runs: Path) -> list[RunRecord]:
     """Every run record under WORK/runs, oldest first; a damaged one is left out, with a note."""
-    records = (read_json_record(p, "that run is left out of results.md and the report")
-               for p in files_under(runs) if p.name == "run.json" and p.parent.parent == runs)
-    return [r for r in records if r and "run" in r]
+    left_out = "that run is left out of results.md and the report"
+    records = []
+    for path in files_under(runs):
+        raw = read_json_record(path, left_out) if path.name == "run.json" and path.parent.parent == runs else None
+        if raw:
+            try:
+                records.append(RunRecord.from_dict(raw))
+            except (TypeError, AttributeError):  # a field missing or of the wrong kind
+                report_damage(path, "not a run record", left_out)
+    return records
 
 
-def run_lines(record: dict, folder: Path) -> list[str]:
+def run_lines(record: RunRecord, folder: Path) -> list[str]:
     """The end of `textmill run`: the corpus, the model, its evaluation, where the report is, and what got
     worse since the previous run."""
-    corpus, train = record["corpus"], record.get("train")
+    corpus, train = record.corpus, record.train
     lines = ["textmill run: corpus funnel (in, kept and rejected at each stage, with reasons)", *funnel_lines(record),
-             f"textmill run: done: {corpus['documents']:,} documents, {corpus['tokens']:,} tokens -> "
-             f"{corpus['dataset']}.bin/.idx"]
+             f"textmill run: done: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {corpus.dataset}.bin/.idx"]
     if train:
-        valid = f", validation loss {train['valid_loss']:.4f}" if train["valid_loss"] is not None else ""
-        start = f" (starting from {train['started_from']})" if train.get("started_from") else ""
-        lines.append(f"  trained {train['iterations']} iterations{start}{valid} -> {train['checkpoints']}")
-    lines += [f"  {Path(r['file']).name}: accuracy {r['accuracy']:.2%} ({r['correct']}/{r['total']}), "
-              f"perplexity {r['perplexity']:.2f}" for r in record.get("evaluate") or []]
-    if record.get("export"):
-        lines.append(f"  Hugging Face {record['export']['family']} model -> {record['export']['output']}")
+        valid = f", validation loss {train.valid_loss:.4f}" if train.valid_loss is not None else ""
+        start = f" (starting from {train.started_from})" if train.started_from else ""
+        lines.append(f"  trained {train.iterations} iterations{start}{valid} -> {train.checkpoints}")
+    lines += [f"  {Path(r.file).name}: accuracy {r.accuracy:.2%} ({r.correct}/{r.total}), perplexity {r.perplexity:.2f}"
+              for r in record.evaluate]
+    if record.export:
+        lines.append(f"  Hugging Face {record.export.family} model -> {record.export.output}")
     lines.append(f"  report: {shown(folder / 'report.html')}; the last runs side by side: "
                  f"{shown(folder.parent.parent / 'results.md')}")
     history = read_runs(folder.parent)
-    regressions = [row["regressions"] for row in results_rows(history) if row["run"] == record["run"]]
+    regressions = [row["regressions"] for row in results_rows(history) if row["run"] == record.run]
     if regressions and regressions[0]:
         lines.append(f"  {regressions[0]} (since the previous run)")
-    return lines + [f"[{record['seconds']:.1f}s]"]
+    return lines + [f"[{record.seconds:.1f}s]"]
 
 
-def result_row(record: dict) -> dict:
+def result_row(record: RunRecord) -> dict:
     """The numbers of one run that the results table compares."""
-    corpus, train = record.get("corpus") or {}, record.get("train") or {}
-    row = {"run": record["run"], "status": record["status"],
-           "urls": record["funnel"][0]["input"] if record.get("funnel") else None,
-           "documents": corpus.get("documents"), "tokens": corpus.get("tokens"),
-           "iterations": train.get("iterations"), "valid_loss": train.get("valid_loss")}
-    for r in record.get("evaluate") or []:
-        row[f"{r['name']} accuracy"] = r["accuracy"]
-    row["seconds"] = record["seconds"]
+    corpus, train = record.corpus, record.train
+    row = {"run": record.run, "status": record.status, "urls": record.funnel[0].input if record.funnel else None,
+           "documents": corpus and corpus.documents, "tokens": corpus and corpus.tokens,
+           "iterations": train and train.iterations, "valid_loss": train and train.valid_loss}
+    for r in record.evaluate:
+        row[f"{r.name} accuracy"] = r.accuracy
+    row["seconds"] = record.seconds
     return row
 
 
@@ -74,7 +80,7 @@ def changes(row: dict, previous: dict | None) -> str:
     return "REGRESSION: " + "; ".join(worse) if worse else ""
 
 
-def results_rows(records: list[dict]) -> list[dict]:
+def results_rows(records: list[RunRecord]) -> list[dict]:
     """A row per run, oldest first, each with what got worse since the run before it that finished."""
     rows, previous = [], None
     for record in records:
@@ -109,7 +115,7 @@ def results_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(work: Path, records: list[dict], keep: int) -> Path:
+def write_results(work: Path, records: list[RunRecord], keep: int) -> Path:
     """work/results.md: the last `keep` runs side by side; work/results.tsv: every run."""
     rows = results_rows(records)
     with atomic_path(work / "results.md") as tmp:

@@ -10,6 +10,7 @@ import luigi
 
 from textmill.io.files import atomic_path, write_json
 from textmill.io.store import listed_folders, publish
+from textmill.report.record import CorpusTokens, Evaluation, Export, RunRecord, StageCounts, Training
 from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
@@ -48,64 +49,61 @@ def task_states(config: Path) -> list[dict]:
     return states
 
 
-def corpus_record(config: str) -> dict:
+def add_corpus(record: RunRecord, config: str) -> None:
     """The corpus part of a run record, as far as the run got: each finished stage's record (stages.StageRecord:
     its counts, reasons, time, examples and own figures, one file a stage), and the merged token files."""
-    settings = run_config(config)
-    part: dict = {"funnel": [], "seconds_per_stage": {}}
-    for stage in run_stages(settings):
-        record = StageRecord(config, stage.name).output()
-        if not record.exists():
+    for stage in run_stages(run_config(config)):
+        done = StageRecord(config, stage.name).output()
+        if not done.exists():
             break
-        found = read(record.done)
-        part["funnel"].append(found.pop("funnel"))
-        part.setdefault("samples", {})[stage.name] = found.pop("samples")
-        part["seconds_per_stage"].update(found.pop("seconds_per_stage"))
-        part.update(found)
+        found = read(done.done)
+        record.funnel.append(StageCounts.from_dict(found.pop("funnel")))
+        record.samples[stage.name] = found.pop("samples")
+        record.seconds_per_stage.update(found.pop("seconds_per_stage"))
+        for figure, value in found.items():  # the stage's own figures (stages.Stage.part)
+            setattr(record, figure, value)
     merged = MergeDataset(config).output()
     if merged.exists():
         made = read(merged.done)
-        part["corpus"] = {k: v for k, v in made.items() if k in ("dataset", "documents", "tokens", "histograms")}
-        part["seconds_per_stage"].update(made.get("seconds_per_stage", {}))
-    return part
+        record.corpus = CorpusTokens.from_dict(made)
+        record.seconds_per_stage.update(made.get("seconds_per_stage", {}))
 
 
-def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
+def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> RunRecord:
     """What the run made, for run.json, the results table and report.html (each folder of the store listed
     once for it: store.listed_folders)."""
     with listed_folders(run_config(str(config)).run.work_dir):
         return read_run_record(config, name, started_at, seconds, ok)
 
 
-def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> dict:
+def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> RunRecord:
     from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
 
     config = str(config)
     settings = run_config(config)
-    record = {"run": name, "config": config, "started": started_at, "seconds": round(seconds, 1),
-              "status": "done" if ok else "failed"}
+    record = RunRecord(run=name, config=config, started=started_at, seconds=round(seconds, 1),
+                       status="done" if ok else "failed")
     if not ok:
-        record["failed"] = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
-    record.update(corpus_record(config))
+        record.failed = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
+    add_corpus(record, config)
     train = TrainGPT(config)
     if settings.train.enabled and train.complete():
-        record["train"] = {k: v for k, v in read(train.output().done).items()
-                           if k in ("iterations", "lm_loss", "valid_loss", "checkpoints", "started_from", "seconds")}
+        record.train = Training.from_dict(read(train.output().done))
         evaluate, export = EvaluateLambada(config), ExportHF(config)
         if settings.evaluate.lambada and evaluate.complete():
-            record["evaluate"] = [{"name": Path(r["valid_data"]).stem, "file": r["valid_data"], "accuracy": r["accuracy"],
-                                   "correct": r["correct"], "total": r["total"], "perplexity": r["perplexity"]}
-                                  for r in read(evaluate.output().done)["results"]]
+            record.evaluate = [Evaluation(name=Path(r["valid_data"]).stem, file=r["valid_data"], accuracy=r["accuracy"],
+                                          correct=r["correct"], total=r["total"], perplexity=r["perplexity"])
+                               for r in read(evaluate.output().done)["results"]]
         if settings.export.hf and export.complete():
-            record["export"] = {k: v for k, v in read(export.output().done).items() if k in ("family", "output")}
+            record.export = Export.from_dict(read(export.output().done))
     for task in (TrainGPT(config), EvaluateLambada(config), ExportHF(config)):  # the corpus's: in its stage records
         if task.complete():
-            record["seconds_per_stage"][task.stage.split("-", 1)[1]] = task_seconds(task)
-    record["seconds_per_stage"] = {k: round(v, 2) for k, v in record["seconds_per_stage"].items()}
+            record.seconds_per_stage[task.stage.split("-", 1)[1]] = task_seconds(task)
+    record.seconds_per_stage = {k: round(v, 2) for k, v in record.seconds_per_stage.items()}
     return record
 
 
-def record_run(config: Path, record: dict) -> Path:
+def record_run(config: Path, record: RunRecord) -> Path:
     """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
     from textmill.report.page import write_report
     from textmill.report.results import read_runs, write_results
@@ -113,18 +111,18 @@ def record_run(config: Path, record: dict) -> Path:
     settings = run_config(str(config))
     runs = settings.run.work_dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
-    folder, k = runs / record["run"], 1
+    folder, k = runs / record.run, 1
     while True:  # several workers on one central scheduler may start in the same second
         try:
             folder.mkdir()
             break
         except FileExistsError:
             k += 1
-            folder = runs / f"{record['run']}-{k}"
-    record["run"] = folder.name
-    write_json(record, folder / "run.json")
+            folder = runs / f"{record.run}-{k}"
+    record.run = folder.name
+    write_json(record.to_dict(), folder / "run.json")
     records = read_runs(runs)
-    history = [r for r in records if r["run"] <= record["run"]][-settings.run.results_runs:]
+    history = [r for r in records if r.run <= record.run][-settings.run.results_runs:]
     write_report(record, history, folder / "report.html")
     with atomic_path(settings.run.work_dir / "report.html") as tmp:
         shutil.copyfile(folder / "report.html", tmp)

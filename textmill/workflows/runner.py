@@ -22,6 +22,7 @@ import luigi.worker
 from textmill.errors import RunFailed, TextmillError, is_disk_error
 from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
+from textmill.report.record import RunRecord
 from textmill.workflows.batches import Batch, batched, tasks_per_stage
 from textmill.workflows.framework import RunTask, warm, work_folders
 from textmill.workflows.memos import forget, run_config
@@ -154,7 +155,7 @@ def record_time(task: RunTask, seconds: float) -> None:
 class RunResult(NamedTuple):
     ok: bool  # every task of the run is done
     summary: str  # Luigi's summary of what this process did
-    record: dict  # the run's record (runs/<name>/run.json)
+    record: RunRecord  # the run's record (runs/<name>/run.json)
     folder: Path  # runs/<name>: run.json and report.html
 
 

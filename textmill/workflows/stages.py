@@ -173,5 +173,5 @@ class StageRecord(RunTask):
         seconds = {}
         for step, spent in timed:  # each time record read once
             seconds[step] = seconds.get(step, 0.0) + spent
-        write_json({"funnel": summary, "samples": stage_examples(examined, list(summary["reasons"])),
+        write_json({"funnel": summary.to_dict(), "samples": stage_examples(examined, list(summary.reasons)),
                     "seconds_per_stage": seconds, **stage.part(self.config, examined, manifests)}, self.output().done)

@@ -4,13 +4,15 @@ web is escaped, and the time chart draws any record."""
 import warnings
 
 from textmill.report.page import histogram, render_report, times_chart
+from textmill.report.record import RunRecord
 
 
-def finished_record() -> dict:
-    return {"run": "2026-11-25T10-00-00", "config": "run.toml", "status": "done", "seconds": 42.0,
+def finished_record() -> RunRecord:
+    return RunRecord.from_dict({"run": "2026-11-25T10-00-00", "config": "run.toml", "status": "done", "seconds": 42.0,
             "started": "2026-11-25 10:00:00",
-            "funnel": [{"stage": "blacklist", "input": 10, "kept": 8, "rejected": 2, "reasons": {"duplicate": 2},
-                        "output": "/w/1-blacklist/k", "records_per_s": 100.0, "mb_per_s": 1.0, "bytes": 2048}],
+            "funnel": [{"stage": "blacklist", "shards": 1, "input": 10, "kept": 8, "rejected": 2, "rows_out": 8,
+                        "reasons": {"duplicate": 2}, "output": "/w/1-blacklist/k", "seconds": 0.1,
+                        "records_per_s": 100.0, "mb_per_s": 1.0, "bytes": 2048}],
             "dedup": {"cluster_sizes": [2, 3], "documents": 8},
             "decontaminate": {"used": 5, "eval_ngrams": 9, "documents_touched": 1, "characters_removed": 40,
                               "touched": [{"url": "http://127.0.0.1/<script>alert(1)</script>", "id": "a", "pieces": 2,
@@ -18,7 +20,7 @@ def finished_record() -> dict:
             "corpus": {"documents": 5, "tokens": 500, "dataset": "/w/9-dataset/k/corpus_text_document",
                        "histograms": {"characters": histogram([900, 1200, 4000, 350, 2200]),
                                       "tokens": histogram([200, 260, 900, 80, 500])}},
-            "seconds_per_stage": {"blacklist": 0.5, "scrape": 12.0}}
+            "seconds_per_stage": {"blacklist": 0.5, "scrape": 12.0}})
 
 
 def test_a_corpus_run_shows_its_funnel_clusters_cuts_documents_and_times_and_no_training():
@@ -32,8 +34,8 @@ def test_a_corpus_run_shows_its_funnel_clusters_cuts_documents_and_times_and_no_
 
 
 def test_a_failed_run_shows_what_failed_and_only_what_it_got_to():
-    record = {"run": "r", "config": "run.toml", "status": "failed", "seconds": 3.0, "started": "s",
-              "failed": ["ScrapeShard(RS_1): IsADirectoryError <x>"]}
+    record = RunRecord(run="r", config="run.toml", status="failed", seconds=3.0, started="s",
+                       failed=["ScrapeShard(RS_1): IsADirectoryError <x>"])
     page = render_report(record, [])
     assert "Failed: ScrapeShard(RS_1): IsADirectoryError &lt;x&gt;" in page and "<h2>" not in page
 

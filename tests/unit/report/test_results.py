@@ -2,10 +2,11 @@
 
 import json
 
-from textmill.report.results import results_markdown, results_rows, run_lines, write_results
+from textmill.report.record import RunRecord
+from textmill.report.results import read_runs, results_markdown, results_rows, run_lines, write_results
 
 
-def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5):
+def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5) -> RunRecord:
     r = {"run": run, "status": status, "seconds": 12.3, "config": "run.toml", "started": run}
     if status == "done":
         r.update(funnel=[{"stage": "blacklist", "shards": 1, "input": 120, "kept": 100, "rejected": 20, "rows_out": 100,
@@ -14,7 +15,7 @@ def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5):
                  train={"iterations": 10, "valid_loss": valid_loss, "lm_loss": 3.1, "checkpoints": "/w/ckpt"},
                  evaluate=[{"name": "lambada_test", "file": "/d/lambada_test.jsonl", "accuracy": accuracy,
                             "correct": int(accuracy * 10), "total": 10, "perplexity": 50.0}])
-    return r
+    return RunRecord.from_dict(r)
 
 
 def test_a_worse_loss_accuracy_or_corpus_is_flagged_against_the_previous_finished_run():
@@ -34,8 +35,8 @@ def test_a_worse_loss_accuracy_or_corpus_is_flagged_against_the_previous_finishe
 def test_results_keep_the_last_runs_and_the_run_summary_names_the_regression(tmp_path):
     records = [record(f"d{i}", valid_loss=3.0 - 0.1 * i) for i in range(5)] + [record("d5", valid_loss=3.5)]
     for r in records:
-        (tmp_path / "runs" / r["run"]).mkdir(parents=True)
-        (tmp_path / "runs" / r["run"] / "run.json").write_text(json.dumps(r))
+        (tmp_path / "runs" / r.run).mkdir(parents=True)
+        (tmp_path / "runs" / r.run / "run.json").write_text(json.dumps(r.to_dict()))
     write_results(tmp_path, records, keep=3)
     md = (tmp_path / "results.md").read_text().splitlines()
     assert [line.split(" | ")[0] for line in md[-3:]] == ["| d3", "| d4", "| d5"]
@@ -47,3 +48,18 @@ def test_results_keep_the_last_runs_and_the_run_summary_names_the_regression(tmp
     assert lines[:2] == ["textmill run: corpus funnel (in, kept and rejected at each stage, with reasons)",
                          "blacklist: 1 shard(s), 120 in, 100 kept, 20 rejected (duplicate 20) -> /w/1-blacklist [1.0s]"]
     assert "textmill run: done: 100 documents, 1,000 tokens -> /w/corpus.bin/.idx" in lines
+
+
+def test_a_run_record_reads_back_what_it_wrote_and_what_an_older_textmill_wrote(tmp_path, capsys):
+    finished = record("d1")
+    assert RunRecord.from_dict(json.loads(json.dumps(finished.to_dict()))) == finished
+    # An older record: no training, a key this textmill does not know; a record without its status is damaged.
+    older = {"run": "d0", "status": "done", "seconds": 1.0, "config": "run.toml", "started": "d0", "funnel": [],
+             "retired_key": 1}
+    (tmp_path / "d0").mkdir()
+    (tmp_path / "d0" / "run.json").write_text(json.dumps(older))
+    (tmp_path / "d9").mkdir()
+    (tmp_path / "d9" / "run.json").write_text(json.dumps({"run": "d9"}))
+    [read] = read_runs(tmp_path)
+    assert read.run == "d0" and read.train is None and read.evaluate == []
+    assert "not a run record" in capsys.readouterr().err
