@@ -1,17 +1,22 @@
-"""Extraction of title and text from fetched HTML, with newspaper3k or trafilatura, under a hard deadline
-per page.
+"""Extraction of title and text from fetched HTML, with newspaper3k or trafilatura, under a limit per page.
 
-An extractor can take minutes on a hostile page (a few MB of short paragraphs), so extraction runs in
-worker processes that can be killed: `ExtractorPool` sends one page at a time to an idle worker and, when
-the answer does not come within the deadline, kills that worker and starts a new one in its place. The
-page is rejected as `extraction_timeout` and the stage goes on.
+An extractor can take minutes on a hostile page (a few MB of short paragraphs), so extraction runs in worker
+processes: `ExtractorPool` sends one page at a time to an idle worker. The limit is CPU time, counted by the
+worker itself (the kernel's profiling timer): a busy machine stretches a page's wall time, not its CPU time,
+so which pages are kept does not depend on the load. A page over it is rejected as `extraction_timeout` and
+the worker goes on with the next (no new process, no imports paid again). A page that holds a worker in code
+the timer cannot interrupt (a C extension that never returns) is cut off by a wall-clock backstop,
+WALL_BACKSTOP times the limit: that worker is killed and replaced.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
 from multiprocessing.connection import Connection
+
+WALL_BACKSTOP = 20  # wall seconds per CPU second of the limit before a silent worker is killed
 
 
 def extract(url: str, html: str, extractor: str = "newspaper") -> tuple[str, str]:
@@ -46,18 +51,41 @@ def failure_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {message[:120]}" if message else type(exc).__name__
 
 
-def _serve(conn: Connection) -> None:
-    """A worker: extract each (url, html, extractor) it is sent and send back ("ok", (title, text)) or
-    ("error", what)."""
+class CpuLimitReached(BaseException):
+    """Raised in a worker by its profiling timer; a BaseException, so an extractor's `except Exception` does not
+    swallow it."""
+
+
+def _limit_reached(signum, frame) -> None:
+    raise CpuLimitReached
+
+
+def _serve(conn: Connection, cpu_s: float) -> None:
+    """A worker: extract each (url, html, extractor) it is sent within `cpu_s` seconds of its CPU time and send
+    back ("ok", (title, text)), ("timeout", None) or ("error", what). Ctrl-C and the pool's end are its parent's
+    to report: it leaves quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, _limit_reached)
     while True:
         try:
             url, html, extractor = conn.recv()
-        except EOFError:  # the pool closed its end
+        except (EOFError, OSError):  # the pool closed its end, or its process ended
             return
         try:
-            conn.send(("ok", extract(url, html, extractor)))
+            # Again each CPU second after the first, should an extractor catch even a BaseException.
+            signal.setitimer(signal.ITIMER_PROF, cpu_s, 1.0)
+            try:
+                answer = ("ok", extract(url, html, extractor))
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+        except CpuLimitReached:
+            answer = ("timeout", None)
         except Exception as exc:  # a page the extractor cannot parse is the page's fault
-            conn.send(("error", failure_text(exc)))
+            answer = ("error", failure_text(exc))
+        try:
+            conn.send(answer)
+        except OSError:  # BrokenPipeError, ConnectionResetError: the pool is gone
+            return
 
 
 class ExtractionTimeout(Exception):
@@ -70,7 +98,7 @@ class ExtractionFailed(Exception):
 
 class ExtractorPool:
     """`workers` processes running the extractors; `extract()` is blocking and thread-safe (the scraper calls it
-    from asyncio's thread pool) and gives each page at most `timeout_s` seconds of a worker's time."""
+    from asyncio's thread pool) and gives each page at most `timeout_s` seconds of a worker's CPU time."""
 
     def __init__(self, workers: int, timeout_s: float):
         self._context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
@@ -82,7 +110,8 @@ class ExtractorPool:
 
     def _start(self):
         ours, theirs = self._context.Pipe()
-        process = self._context.Process(target=_serve, args=(theirs,), daemon=True, name="textmill-extract")
+        process = self._context.Process(target=_serve, args=(theirs, self.timeout_s), daemon=True,
+                                        name="textmill-extract")
         process.start()
         theirs.close()
         return process, ours
@@ -103,14 +132,16 @@ class ExtractorPool:
             _, conn = worker
             try:
                 conn.send((url, html, extractor))
-                answered = conn.poll(self.timeout_s)
+                answered = conn.poll(WALL_BACKSTOP * self.timeout_s)
                 status, value = conn.recv() if answered else (None, None)
             except (EOFError, OSError):  # the worker died (a crash in a C extension, say)
                 worker = self._replace(worker)
                 raise ExtractionFailed("WorkerDied") from None
             if not answered:
                 worker = self._replace(worker)
-                raise ExtractionTimeout(f"no answer within {self.timeout_s:g}s")
+                raise ExtractionTimeout(f"no answer within {WALL_BACKSTOP * self.timeout_s:g}s of wall time")
+            if status == "timeout":
+                raise ExtractionTimeout(f"more than {self.timeout_s:g}s of CPU time")
             if status == "error":
                 raise ExtractionFailed(value)
             return value

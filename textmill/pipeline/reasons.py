@@ -23,15 +23,17 @@ READ = {
 
 EXTRACTION = {
     "empty_extraction": "the extractor found no text",
-    "extraction_timeout": "the extractor took longer than --extract-timeout-s",
+    "extraction_timeout": "the extractor took more than --extract-timeout-s of CPU time",
     "extraction_failed=<error>": "the extractor raised an error",
 }
 
 REASONS: dict[str, dict[str, str]] = {
     "blacklist": {
         "undecodable": "the line is not UTF-8",
+        "too_long": "a line longer than 8,192 bytes (its first 200 kept)",
         "too_short": "8 characters or fewer",
         "malformed": "not a URL: no host, a bad port or address, a numeric top-level domain",
+        "control_character": "a control character (NUL, DEL, ...) in the URL",
         "bad_scheme": "neither http nor https",
         "domain_blacklisted=<label>": "a label of the host is on the domain block list",
         "extension_blacklisted=<ext>": "the path ends in a blocked file extension",
@@ -51,6 +53,7 @@ REASONS: dict[str, dict[str, str]] = {
         "redirect_loop": "a redirect back to a URL already visited",
         "too_many_redirects": "more than --max-redirects",
         "redirect_without_location": "a redirect status without a Location header",
+        "bad_redirect": "a redirect whose Location is not a URL",
         "broken_response": "a response the HTTP client could not parse",
         **EXTRACTION,
     },

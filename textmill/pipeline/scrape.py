@@ -44,7 +44,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 from urllib.parse import urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
 
 import aiohttp
 import pyarrow as pa
@@ -64,6 +63,7 @@ from textmill.pipeline.shards import (
     rejects_path,
     sidecar_path,
 )
+from textmill.pipeline.robots import RobotRules
 from textmill.pipeline.scrape_chunks import Chunks
 from textmill.pipeline.stage_configs import ScrapeConfig
 
@@ -134,7 +134,10 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
                     location = resp.headers.get("Location")
                     if not location:
                         return Fetched(current, resp.status, reason="redirect_without_location")
-                    current = urljoin(current, location)
+                    try:
+                        current = urljoin(current, location)
+                    except ValueError:  # `http://[::1`: not a URL
+                        return Fetched(current, resp.status, reason="bad_redirect")
                     if current in visited:
                         return Fetched(current, resp.status, reason="redirect_loop")
                     visited.add(current)
@@ -160,6 +163,10 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
             return Fetched(current, reason="broken_response")
         except aiohttp.ClientError:
             return Fetched(current, reason="connection_error")
+        except (ValueError, LookupError, UnicodeError, aiohttp.http_exceptions.HttpProcessingError):
+            # Whatever else a response can hold that the client does not take (a header it cannot decode...):
+            # this URL's reject, not the shard's end.
+            return Fetched(current, reason="broken_response")
     return Fetched(current, reason="too_many_redirects")
 
 
@@ -178,14 +185,16 @@ TRANSIENT = ("timeout", "connection_error", "broken_response", "status=429", "st
 
 
 def retry_after(value: str | None) -> float | None:
-    """The seconds a Retry-After header asks for (a number, or an HTTP date), or None."""
+    """The seconds a Retry-After header asks for (ASCII digits, or an HTTP date), or None for anything else
+    (`²` and `٣` are digits to str.isdigit, not to HTTP)."""
+    value = (value or "").strip()
     if not value:
         return None
-    if value.strip().isdigit():
-        return float(value.strip())
+    if value.isascii() and value.isdigit():
+        return float(value[:12])  # longer is no wait anyone means: the fetch deadline caps it anyway
     try:
         return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
 
 
@@ -210,16 +219,16 @@ class Hosts:
         if origin not in self.robots:
             self.robots[origin] = asyncio.ensure_future(self._rules(origin))
         rules = await self.robots[origin]
-        return rules is None or rules.can_fetch(self.cfg.user_agent, url)
+        return rules is None or rules.can_fetch(url)
 
-    async def _rules(self, origin: str) -> RobotFileParser | None:
+    async def _rules(self, origin: str) -> RobotRules | None:
         async with self.slot(origin):
             got = await http_get(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
         if got.reason is not None or got.body is None:
             return None
-        rules = RobotFileParser()
-        rules.parse(got.body.decode("utf-8", "replace").splitlines())
-        return rules
+        # Compiled in a thread, once per host: a robots.txt of many rules does not hold up the other fetches.
+        text = got.body.decode("utf-8", "replace")
+        return await asyncio.get_running_loop().run_in_executor(None, RobotRules, text, self.cfg.user_agent)
 
     async def fetch_retrying(self, url: str) -> tuple[Fetched, int]:
         """`url` fetched (no more than per_host_concurrency of its host at once), tried again after a

@@ -73,8 +73,10 @@ class ScrapeConfig(StageConfig):
                                    "with no extraction deadline: for trusted pages only)", least=0, keyed=False)
     timeout_s: float = setting(30.0, "hard wall-clock limit in seconds on one URL's fetch (DNS, redirects and body "
                                "included)", above=0, old=("--timeout",))
-    extract_timeout_s: float = setting(10.0, "hard limit in seconds on extracting one page; a page over it is rejected "
-                                       "(extraction_timeout) and its extraction process replaced", above=0,
+    extract_timeout_s: float = setting(10.0, "limit in CPU seconds on extracting one page, counted by its extraction "
+                                       "process, so a busy machine keeps the same pages; a page over it is rejected "
+                                       "(extraction_timeout); one that holds its process 20 times as long in wall time "
+                                       "has the process replaced", above=0,
                                        old=("--extract-timeout",))
     max_bytes: int = setting(5 * 1024 * 1024, "largest page body accepted, after decompression", least=1)
     max_redirects: int = setting(5, "redirects followed per URL", least=0)

@@ -40,6 +40,8 @@ RULES = UrlRules()
         ("http://example/", "malformed"),
         ("http://example.com:99999/", "malformed"),
         ("http:example.com", "malformed"),
+        ("http://example.com/a\x00b", "control_character"),
+        ("http://example.com/\x7f", "control_character"),
     ],
 )
 def test_rules(url, reason):
@@ -52,6 +54,17 @@ def test_normalisation_makes_spellings_equal():
     assert a == b == "http://example.com/a?x=1"
     assert normalize_url("https://example.com")[0] == "https://example.com/"
     assert normalize_url("https://example.com:8443/")[0] == "https://example.com:8443/"
+
+
+def test_a_line_too_long_for_a_url_is_rejected_keeping_its_start(tmp_path):
+    """A 2 MB line (a URL list someone concatenated without newlines) is no URL: rejected before it is decoded
+    or parsed, its first 200 bytes kept; the URL beside it is kept."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes(b"https://example.com/" + b"x" * 2_000_000 + b"\nhttps://example.com/ok\n")
+    [manifest] = run_stage("blacklist", [tmp_path / "in"], tmp_path / "out", {"blacklist": BlacklistConfig()}).manifests
+    assert manifest["reasons"] == {"too_long": 1} and manifest["counts"]["kept"] == 1
+    [reject] = pq.read_table(tmp_path / "out" / ".rejects" / "a-00000.parquet").to_pylist()
+    assert reject["url"] == "https://example.com/" + "x" * 180
 
 
 def test_files_compressed_duplicates_and_order(tmp_path):

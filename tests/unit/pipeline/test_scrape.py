@@ -182,10 +182,10 @@ def test_allow_networks_must_be_networks():
         ScrapeConfig(allow_networks=("localhost",))
 
 
-def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_replaced(tmp_path):
-    """newspaper3k needs many seconds for a page of tens of thousands of short paragraphs (time grows
-    faster than the page); with a 1.5 s extraction deadline that page is rejected, its worker process is
-    replaced, and the pages after it are still extracted by the one worker."""
+def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_goes_on(tmp_path):
+    """newspaper3k needs many seconds of CPU for a page of tens of thousands of short paragraphs (time grows
+    faster than the page); with a limit of 1.5 CPU-seconds that page is rejected, and the pages after it are
+    still extracted by the one worker."""
     web = synthweb.build_web(seed=4, articles=3, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
     paragraphs = "".join(f"<p>the cat and the dog went to the market {i}.</p>" for i in range(32000))
     web.pages["/stall.html"] = synthweb.Page(body=f"<html><head><title>t</title></head><body>{paragraphs}</body></html>".encode())
@@ -195,7 +195,39 @@ def test_a_page_that_stalls_extraction_is_rejected_and_its_worker_replaced(tmp_p
         cfg = ScrapeConfig(timeout_s=10.0, extract_timeout_s=1.5, allow_private_addresses=True, concurrency=1, extract_workers=1)
         m = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     assert m["reasons"] == {"extraction_timeout": 1}
-    assert m["counts"]["kept"] == len(web.url_paths) == 3  # extracted by the worker that replaced the stuck one
+    assert m["counts"]["kept"] == len(web.url_paths) == 3
+
+
+def test_the_extraction_limit_is_cpu_time_so_a_stalled_machine_keeps_the_same_pages():
+    """A worker stopped for three times the limit (as a machine busy with other work stalls it) still extracts
+    its page: its CPU time, not the wall clock, is what the limit counts. A page over the limit leaves the worker
+    in place (no process started again, no imports paid again)."""
+    import os
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from textmill.pipeline.extract import ExtractionTimeout, ExtractorPool
+
+    page = "<html><head><title>T</title></head><body>" + "<p>An ordinary paragraph of words.</p>" * 50 + "</body></html>"
+    slow = "<html><body>" + "".join(f"<p>the cat and the dog went to the market {i}.</p>" for i in range(32000)) + "</body></html>"
+    pool = ExtractorPool(1, timeout_s=1.0)
+    try:
+        [(process, _)] = pool._all
+        assert pool.extract("http://x/warm", page, "trafilatura")[1]  # the worker's imports, before the clock matters
+        with ThreadPoolExecutor(1) as thread:
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                pending = thread.submit(pool.extract, "http://x/a", page, "trafilatura")
+                time.sleep(3.0)
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+            assert "ordinary paragraph" in pending.result()[1]
+        with pytest.raises(ExtractionTimeout, match="CPU time"):
+            pool.extract("http://x/slow", slow, "newspaper")
+        assert pool._all[0][0] is process and process.is_alive()
+        assert "ordinary paragraph" in pool.extract("http://x/b", page, "trafilatura")[1]
+    finally:
+        pool.close()
 
 
 def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
