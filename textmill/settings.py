@@ -11,6 +11,8 @@ A field's metadata:
     key_name  the name it had in work-folder keys before a rename, so existing work folders stay valid
     keyed     False for what does not change the output (concurrency, workers) or is keyed by content
               (input files): left out of the output folder's key
+    added     a setting added to a stage after work folders were keyed without it: in the key only when not
+              at its default, so existing work folders stay valid
     nargs     "+" for Megatron's list options (--data-path A B); other lists are repeatable flags
     example   the value the example config shows for a field without a default
     group     the heading the option appears under in --help
@@ -36,11 +38,11 @@ SEED_MAX = 2**32 - 1  # numpy's RandomState, which the shuffle, MinHash and the 
 
 
 def setting(default=MISSING, help: str = "", *, least=None, most=None, above=None, old: tuple[str, ...] = (),
-            key_name: str | None = None, keyed: bool = True, nargs: str | None = None, example=None,
+            key_name: str | None = None, keyed: bool = True, added: bool = False, nargs: str | None = None, example=None,
             group: str | None = None) -> Any:
     """A dataclass field that is a user-facing setting (see the module docstring for the keywords)."""
     metadata = {"help": help, "least": least, "most": most, "above": above, "old": old, "key_name": key_name,
-                "keyed": keyed, "nargs": nargs, "example": example, "group": group}
+                "keyed": keyed, "added": added, "nargs": nargs, "example": example, "group": group}
     return field(default=default, metadata=metadata)
 
 
@@ -321,7 +323,8 @@ def toml_value(value) -> str:
 def key_params(obj) -> dict:
     """The fields of the dataclass `obj` that change its stage's output, under their key names: what the
     stage's output folder is keyed by."""
-    return {f.metadata.get("key_name") or f.name: getattr(obj, f.name) for f in fields(obj) if f.metadata.get("keyed", True)}
+    return {f.metadata.get("key_name") or f.name: getattr(obj, f.name) for f in fields(obj) if f.metadata.get("keyed", True)
+            and not (f.metadata.get("added") and getattr(obj, f.name) == f.default)}
 
 
 def settings_of(obj) -> dict:

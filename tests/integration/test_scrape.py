@@ -68,3 +68,24 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
     assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
     missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
     assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls-00000.parquet'}); scrape with --keep-html" in missing.stderr
+
+
+def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):
+    """Ctrl-C reaches the whole process group, the extraction processes too: the command says it was interrupted
+    in one line, and they leave without a word (they printed KeyboardInterrupt and BrokenPipeError tracebacks)."""
+    web = synthweb.build_web(seed=3, articles=40, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    with synthweb.serve(web, latency_s=0.3) as srv:
+        base = synthweb.base_url(srv)
+        shard = url_shard(tmp_path, [base + p for p in web.url_paths])
+        out = tmp_path / "sc"
+        cmd = [sys.executable, "-m", "textmill.cli", "scrape", str(shard), "-o", str(out), "--allow-private-addresses",
+               "--concurrency", "2", "--extract-workers", "2"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline, journal = time.monotonic() + 120, None
+        while time.monotonic() < deadline and (journal is None or journal.read_text().count("\n") < 4):
+            journal = next(out.glob(".urls-00000.chunk-00000-*.journal.jsonl"), None)  # pages extracted: workers up
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "textmill: interrupted" in stderr and "Traceback" not in stderr, stderr

@@ -40,8 +40,10 @@ REASONS: dict[str, dict[str, str]] = {
         "duplicate": "the same URL (after normalisation) came earlier, in file order",
     },
     "scrape": {
-        "timeout": "no complete answer within --timeout-s, on each of its tries (--retries)",
+        "timeout": "no complete answer within --timeout-s, nothing for --read-timeout-s, or no connection within "
+                   "--connect-timeout-s (not tried again)",
         "connection_error": "no connection, or it broke (after --retries)",
+        "host_down": "not fetched: --host-give-up URLs of its host in a row found the host down",
         "blocked_address": "the host resolves to a private or loopback address (--allow-networks lets one through)",
         "bad_url": "the URL cannot be fetched as written",
         "bad_scheme": "a redirect to a scheme other than http or https",

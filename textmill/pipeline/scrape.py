@@ -1,24 +1,12 @@
-"""Scraping, after OpenWebText's download.py: fetch each URL of a URL shard, extract title and text, and
-keep per-URL metadata.
+"""Scraping, after OpenWebText's download.py: fetch each URL of a URL shard (textmill.pipeline.fetch), extract
+title and text, and keep per-URL metadata.
 
-Fetching is asyncio + aiohttp with a hard wall-clock deadline per URL (DNS, connect, redirects and the
-whole body included, not just a socket timeout), a size cap counted on the decompressed body, bounded
-redirects followed by hand so every hop is checked, and http/https only. Private, loopback and link-local
-addresses are refused unless `allow_private_addresses` is set (tests and the demo serve from 127.0.0.1) or the address
-is in one of `allow_networks` (a local mirror, say). The address checked is the one connected to: each hop's
-URL is parsed once by yarl, the parser aiohttp itself uses, whose IDNA step turns full-width or circled
-digits and ideographic full stops into ASCII (`１２７。０.０.①` is 127.0.0.1); an IP literal is checked on that
-form, and every other host by the resolver aiohttp connects through.
-
-A fetch that failed in a way that may pass (TRANSIENT: a connection error, a timeout, 429, 502, 503, 504)
-is tried again up to `retries` times, after an exponential wait with seeded jitter or what Retry-After
-asks; no more than `per_host_concurrency` URLs of one host are fetched at once; with `robots_txt`, a
-page its host's robots.txt disallows is rejected unfetched.
-
-Each page is decoded (textmill.pipeline.charset), then extracted (textmill.pipeline.extract, newspaper3k
-or trafilatura) in worker processes, so the event loop keeps fetching while pages are parsed, with its
-own hard deadline per page (`extract_timeout_s`): a worker that overruns is killed and replaced, and the
-page is rejected as `extraction_timeout`.
+`concurrency` URLs are in flight at once; a URL whose host has all its `per_host_concurrency` slots in use
+waits aside while URLs of other hosts go ahead (HostQueue), so a list dominated by a few hosts does not leave
+workers waiting on them. Each page is decoded (textmill.pipeline.charset), then extracted
+(textmill.pipeline.extract, newspaper3k or trafilatura) in worker processes, so the event loop keeps fetching
+while pages are parsed, within `extract_timeout_s` of CPU time per page, or it is rejected as
+`extraction_timeout`.
 
 Resumable, and bounded in memory whatever the shard's size: the URLs are read from the shard as they are
 fetched, and every `chunk_urls` of them are committed as a chunk (textmill.pipeline.scrape_chunks): a
@@ -30,30 +18,25 @@ chunks, one at a time, in input order.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import random
-import socket
 import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import pyarrow as pa
 import pyarrow.parquet as pq
-from yarl import URL
 
 from textmill.errors import TextmillError
 from textmill.io.progress import progress
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
+from textmill.pipeline.fetch import Fetched, GuardedResolver, Hosts, HostQueue
 from textmill.pipeline.shards import (
     DOC_SCHEMA,
     ShardOutput,
@@ -63,189 +46,11 @@ from textmill.pipeline.shards import (
     rejects_path,
     sidecar_path,
 )
-from textmill.pipeline.robots import RobotRules
 from textmill.pipeline.scrape_chunks import Chunks
 from textmill.pipeline.stage_configs import ScrapeConfig
 
-HTML_TYPES = ("text/html", "application/xhtml+xml")
-REDIRECT_CODES = (301, 302, 303, 307, 308)
 HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary()),
                          ("content_type", pa.string())])
-
-
-
-class BlockedAddress(OSError):
-    """Raised by the resolver for a host that resolves to a non-public address."""
-
-
-class GuardedResolver(aiohttp.ThreadedResolver):
-    """DNS that refuses hosts resolving to non-public addresses, so no hop of a redirect chain can
-    reach an internal service; the addresses it checked are the ones aiohttp connects to."""
-
-    def __init__(self, cfg: ScrapeConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.blocked: set[str] = set()
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
-        infos = await super().resolve(host, port, family)
-        if not all(self.cfg.address_allowed(i["host"]) for i in infos):
-            self.blocked.add(host)
-            raise BlockedAddress(f"{host} resolves to a non-public address")
-        return infos
-
-
-@dataclass
-class Fetched:
-    final_url: str
-    status: int | None = None
-    body: bytes | None = None
-    reason: str | None = None  # set when the fetch failed
-    content_type: str | None = None  # the server's Content-Type, which may name the charset
-    retry_after: float | None = None  # seconds the server asked to wait (Retry-After), on a 429 or 503
-
-
-def _ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return False
-
-
-async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
-                      html_only: bool) -> Fetched:
-    visited = {url}
-    current = url
-    for _ in range(cfg.max_redirects + 1):
-        try:
-            target = URL(current)  # parsed once: the host checked below is the host aiohttp connects to
-        except (ValueError, UnicodeError):
-            return Fetched(current, reason="bad_url")
-        if target.scheme not in ("http", "https"):
-            return Fetched(current, reason="bad_scheme")
-        host = target.raw_host or ""
-        # aiohttp skips the resolver for IP literals, so they are checked here, in their normalised form.
-        if _ip_literal(host) and not cfg.address_allowed(host):
-            return Fetched(current, reason="blocked_address")
-        try:
-            async with session.get(target, allow_redirects=False) as resp:
-                if resp.status in REDIRECT_CODES:
-                    location = resp.headers.get("Location")
-                    if not location:
-                        return Fetched(current, resp.status, reason="redirect_without_location")
-                    try:
-                        current = urljoin(current, location)
-                    except ValueError:  # `http://[::1`: not a URL
-                        return Fetched(current, resp.status, reason="bad_redirect")
-                    if current in visited:
-                        return Fetched(current, resp.status, reason="redirect_loop")
-                    visited.add(current)
-                    continue
-                if resp.status != 200:
-                    return Fetched(current, resp.status, reason=f"status={resp.status}",
-                                   retry_after=retry_after(resp.headers.get("Retry-After")))
-                mime = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-                if html_only and mime not in HTML_TYPES:
-                    return Fetched(current, resp.status, reason=f"content_type={mime or 'missing'}")
-                if (resp.content_length or 0) > cfg.max_bytes:
-                    return Fetched(current, resp.status, reason="too_large")
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    body += chunk
-                    if len(body) > cfg.max_bytes:
-                        return Fetched(current, resp.status, reason="too_large")
-                return Fetched(current, resp.status, bytes(body), content_type=resp.headers.get("Content-Type"))
-        except aiohttp.ClientConnectorError:
-            blocked = host in resolver.blocked
-            return Fetched(current, reason="blocked_address" if blocked else "connection_error")
-        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError, aiohttp.ServerDisconnectedError):
-            return Fetched(current, reason="broken_response")
-        except aiohttp.ClientError:
-            return Fetched(current, reason="connection_error")
-        except (ValueError, LookupError, UnicodeError, aiohttp.http_exceptions.HttpProcessingError):
-            # Whatever else a response can hold that the client does not take (a header it cannot decode...):
-            # this URL's reject, not the shard's end.
-            return Fetched(current, reason="broken_response")
-    return Fetched(current, reason="too_many_redirects")
-
-
-async def http_get(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,
-                  html_only: bool = True) -> Fetched:
-    """Fetch one URL within `cfg.timeout_s` of wall-clock time, whatever the server does."""
-    try:
-        async with asyncio.timeout(cfg.timeout_s):
-            return await _fetch_hops(session, resolver, url, cfg, html_only)
-    except TimeoutError:
-        return Fetched(url, reason="timeout")
-
-
-# Failures a later try may not meet: the fetch is tried again (ScrapeConfig.retries).
-TRANSIENT = ("timeout", "connection_error", "broken_response", "status=429", "status=502", "status=503", "status=504")
-
-
-def retry_after(value: str | None) -> float | None:
-    """The seconds a Retry-After header asks for (ASCII digits, or an HTTP date), or None for anything else
-    (`²` and `٣` are digits to str.isdigit, not to HTTP)."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    if value.isascii() and value.isdigit():
-        return float(value[:12])  # longer is no wait anyone means: the fetch deadline caps it anyway
-    try:
-        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
-    except (TypeError, ValueError, OverflowError, IndexError):
-        return None
-
-
-class Hosts:
-    """What the fetches of one shard share per host: a limit on how many run at once, and robots.txt."""
-
-    def __init__(self, session: aiohttp.ClientSession, resolver: GuardedResolver, cfg: ScrapeConfig):
-        self.session, self.resolver, self.cfg = session, resolver, cfg
-        self.slots: dict[str, asyncio.Semaphore] = {}
-        self.robots: dict[str, asyncio.Task] = {}
-
-    def slot(self, url: str) -> asyncio.Semaphore:
-        host = urlsplit(url).hostname or ""
-        if host not in self.slots:
-            self.slots[host] = asyncio.Semaphore(self.cfg.per_host_concurrency)
-        return self.slots[host]
-
-    async def allowed(self, url: str) -> bool:
-        """Whether the host's robots.txt (fetched once per shard) lets user_agent fetch `url`."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        if origin not in self.robots:
-            self.robots[origin] = asyncio.ensure_future(self._rules(origin))
-        rules = await self.robots[origin]
-        return rules is None or rules.can_fetch(url)
-
-    async def _rules(self, origin: str) -> RobotRules | None:
-        async with self.slot(origin):
-            got = await http_get(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
-        if got.reason is not None or got.body is None:
-            return None
-        # Compiled in a thread, once per host: a robots.txt of many rules does not hold up the other fetches.
-        text = got.body.decode("utf-8", "replace")
-        return await asyncio.get_running_loop().run_in_executor(None, RobotRules, text, self.cfg.user_agent)
-
-    async def fetch_retrying(self, url: str) -> tuple[Fetched, int]:
-        """`url` fetched (no more than per_host_concurrency of its host at once), tried again after a
-        TRANSIENT failure up to `retries` times: after retry_wait_s doubled each time plus up to half again at
-        random (seeded by the URL, so the same on every run), or what Retry-After asks, at most timeout_s.
-        Returns the last try and how many tries it took."""
-        rng = random.Random(url)
-        for attempt in range(self.cfg.retries + 1):
-            async with self.slot(url):
-                got = await http_get(self.session, self.resolver, url, self.cfg)
-            if got.reason not in TRANSIENT or attempt == self.cfg.retries:
-                return got, attempt + 1
-            wait = got.retry_after
-            if wait is None:
-                wait = self.cfg.retry_wait_s * 2**attempt * (1 + rng.random() / 2)
-            await asyncio.sleep(min(wait, self.cfg.timeout_s))
-        raise AssertionError("unreachable")
 
 
 def looks_binary(body: bytes) -> bool:
@@ -265,8 +70,10 @@ async def _scrape_pending(
     queue: Iterator[tuple[int, dict]], cfg: ScrapeConfig, pool: ExtractorPool | None, chunks: Chunks, fetched
 ) -> None:
     resolver = GuardedResolver(cfg)
-    connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, force_close=True)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout_s, sock_read=cfg.timeout_s)
+    # Connections are kept for the host's next URL (a TLS handshake a URL on https otherwise), and its address
+    # for five minutes: the resolver checked it once.
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency, resolver=resolver, ttl_dns_cache=300)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
 
     async with aiohttp.ClientSession(
         connector=connector,
@@ -277,9 +84,11 @@ async def _scrape_pending(
     ) as session:
 
         hosts = Hosts(session, resolver, cfg)
+        urls = HostQueue(queue, hosts, aside=4 * cfg.concurrency)
 
         async def worker() -> None:
-            for position, url_row in queue:
+            while (item := await urls.next()) is not None:
+                position, url_row = item
                 started = time.perf_counter()
                 tries = 0
                 if cfg.robots_txt and not await hosts.allowed(url_row["url"]):

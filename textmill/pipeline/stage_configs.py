@@ -72,7 +72,15 @@ class ScrapeConfig(StageConfig):
     extract_workers: int = setting(2, "extraction processes (does not change the output; 0: threads of this process, "
                                    "with no extraction deadline: for trusted pages only)", least=0, keyed=False)
     timeout_s: float = setting(30.0, "hard wall-clock limit in seconds on one URL's fetch (DNS, redirects and body "
-                               "included)", above=0, old=("--timeout",))
+                               "included); a fetch that reaches it is not tried again", above=0, old=("--timeout",))
+    connect_timeout_s: float = setting(10.0, "limit in seconds on reaching a host (DNS and the TCP connection): a host "
+                                       "that does not accept within it counts as down", above=0, added=True)
+    read_timeout_s: float = setting(15.0, "limit in seconds on waiting for a server's next bytes, the start of its "
+                                    "answer included: a URL that accepts the connection and never answers holds its "
+                                    "slot this long, not timeout_s", above=0, added=True)
+    host_give_up: int = setting(3, "after this many URLs of a host in a row found it down (refused, unreachable, or "
+                                "not accepting within connect_timeout_s), its other URLs of the unit are rejected "
+                                "unfetched (host_down); 0: try every URL", least=0, added=True)
     extract_timeout_s: float = setting(10.0, "limit in CPU seconds on extracting one page, counted by its extraction "
                                        "process, so a busy machine keeps the same pages; a page over it is rejected "
                                        "(extraction_timeout); one that holds its process 20 times as long in wall time "
@@ -87,8 +95,9 @@ class ScrapeConfig(StageConfig):
                                               old=("--allow-network",))
     keep_html: bool = setting(False, "also write .html/NAME.parquet with the raw HTML of each page, so text can be "
                               "extracted again without fetching")
-    retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a timeout, "
-                           "a broken response, 429, 502, 503, 504) before it is a reject", least=0, keyed=False)
+    retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a broken "
+                           "response, 429, 502, 503, 504; not a timeout, which would hold its slot as long again) "
+                           "before it is a reject", least=0, keyed=False)
     retry_wait_s: float = setting(1.0, "wait before the first retry, doubled for each next one, plus up to half again "
                                   "at random (seeded by the URL); a Retry-After header is waited for instead, up to "
                                   "timeout_s", least=0, keyed=False)

@@ -46,6 +46,9 @@ REMEDIES = {
               "--user-agent, --per-host-concurrency)",
     "robots_disallowed": "the sites' robots.txt disallow --user-agent; without --robots-txt the pages are fetched",
     "empty_extraction": "the pages gave no main text: try the other extractor (--extractor newspaper or trafilatura)",
+    "extraction_timeout": "pages needed more CPU time than --extract-timeout-s to extract: raise it to keep them",
+    "host_down": "hosts that did not accept connections were given up on: check the network, or raise "
+                 "--connect-timeout-s or --host-give-up (0 tries every URL)",
     "duplicate": "the URL lists repeat most of their URLs",
     "near_duplicate_of": "most documents repeat others: the URL lists may hold mirrors of one site",
     "exact_duplicate_of": "most documents repeat others word for word: the URL lists may hold mirrors of one site",
@@ -56,13 +59,20 @@ REMEDIES = {
 }
 
 
+# Reasons worth a warning long before they reject half of what a stage read: they lose pages a run meant to keep.
+WARN_FROM = {"extraction_timeout": 0.02, "host_down": 0.05}
+
+
 def reject_warning(s: StageCounts) -> str | None:
-    """A warning when one reason rejected more than half of what a stage read, with what to do about it."""
+    """A warning when one reason rejected more than half of what a stage read (or its share in WARN_FROM), with
+    what to do about it."""
     if not s.input or not s.reasons:
         return None
-    reason, count = max(s.reasons.items(), key=lambda item: item[1])
-    if 2 * count <= s.input:
+    over = [(count, reason) for reason, count in s.reasons.items()
+            if count > WARN_FROM.get(reason.partition("=")[0], 0.5) * s.input]
+    if not over:
         return None
+    count, reason = max(over)
     remedy = REMEDIES.get(reason.partition("=")[0])
     return (f"warning: {s.stage} rejected {count} of {s.input} ({count / s.input:.0%}) as {reason}"
             + (f": {remedy}" if remedy else ""))

@@ -1,4 +1,4 @@
-"""No response ends a shard: a server on 127.0.0.1 that writes whatever bytes it is given (generated status lines,
+"""No response ends a shard, and no URL holds a slot long (textmill.pipeline.fetch): a server on 127.0.0.1 that writes whatever bytes it is given (generated status lines,
 headers and bodies, and the cases that once ended a scrape) gets each URL a reject with a listed reason or a
 kept page, never an exception out of the fetch."""
 
@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from textmill.pipeline.reasons import is_listed
-from textmill.pipeline.scrape import GuardedResolver, ScrapeConfig, http_get, retry_after, scrape_shard
+from textmill.pipeline.fetch import GuardedResolver, http_get, retry_after
+from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
 from unit.pipeline.test_scrape import url_shard_of
 
 CFG = ScrapeConfig(timeout_s=3.0, allow_private_addresses=True, max_bytes=100_000, extract_workers=0, retries=0,
@@ -22,10 +23,10 @@ PAGE = b"<html><head><title>T</title></head><body><p>" + b"A paragraph of ordina
 
 
 @contextmanager
-def raw_server(answer):
-    """A TCP server on 127.0.0.1 that reads a request's head and writes `answer(path)` (bytes) back, then
-    closes; yields its base URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
+def raw_server(answer, host: str = "127.0.0.1"):
+    """A TCP server on `host` that reads a request's head and writes `answer(path)` (bytes) back, then closes;
+    yields its base URL."""
+    listener = socket.create_server((host, 0))
     listener.settimeout(0.2)
     stop = threading.Event()
 
@@ -55,7 +56,7 @@ def raw_server(answer):
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        yield f"http://{host}:{listener.getsockname()[1]}"
     finally:
         stop.set()
         thread.join()
@@ -125,3 +126,60 @@ def test_the_responses_that_once_ended_a_shard_are_each_a_reject(tmp_path):
     assert counts["input"] == len(answers) == counts["kept"] + counts["rejected"]
     assert counts["kept"] >= 1 and all(is_listed("scrape", r.partition("=")[0]) for r in manifest["reasons"])
     assert manifest["reasons"].get("bad_redirect") == 1
+
+
+def test_a_url_that_never_answers_holds_its_slot_once_and_a_down_host_is_given_up(tmp_path):
+    """A server that accepts and never answers costs one timeout_s (no retry at full length); a host that refuses
+    connections is given up after host_give_up URLs in a row, its other URLs rejected unfetched as host_down."""
+    import pyarrow.parquet as pq
+
+    from textmill.pipeline.shards import rejects_path
+
+    silent = socket.create_server(("127.0.0.1", 0), backlog=64)  # accepts (the kernel's backlog), never answers
+    closed = socket.create_server(("127.0.0.1", 0))
+    refused_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connections are refused
+    try:
+        urls = [f"http://127.0.0.1:{silent.getsockname()[1]}/never"] + [
+            f"http://127.0.0.1:{refused_port}/page-{n}" for n in range(6)]
+        shard = url_shard_of(tmp_path / "urls.parquet", urls)
+        cfg = dataclasses.replace(CFG, timeout_s=1.0, retries=2, retry_wait_s=0.01, concurrency=1,
+                                  per_host_concurrency=1, host_give_up=3)
+        manifest = scrape_shard(shard, tmp_path / "out" / "urls.parquet", cfg)
+    finally:
+        silent.close()
+    rows = {r["url"].rsplit("/", 1)[1]: r for r in pq.read_table(rejects_path(tmp_path / "out" / "urls.parquet")).to_pylist()}
+    assert rows["never"]["reason"] == "timeout" and rows["never"]["elapsed_s"] < 1.9  # one try of 1 s, not three
+    assert [rows[f"page-{n}"]["reason"] for n in range(6)] == ["connection_error"] * 3 + ["host_down"] * 3
+    assert manifest["counts"]["rejected"] == 7
+
+
+def test_a_setting_added_to_the_scrape_keys_its_folder_only_when_set():
+    """connect_timeout_s, read_timeout_s and host_give_up came after scrape folders were keyed: at their defaults
+    the key is the one existing work folders have; set, it is in the key."""
+    from textmill.settings import key_params
+
+    assert not {"connect_timeout_s", "read_timeout_s", "host_give_up"} & set(key_params(ScrapeConfig()))
+    assert key_params(ScrapeConfig(host_give_up=0))["host_give_up"] == 0
+
+
+def test_urls_of_a_busy_host_wait_aside_while_other_hosts_are_fetched(tmp_path):
+    """Five slow URLs of one host (one slot a host) come first in the list, five of another after: the other
+    host's URLs are fetched while the first host's wait for its one slot, not after them."""
+    import time
+
+    order = []
+
+    def answer(path: str) -> bytes:
+        if path.startswith("/slow"):
+            time.sleep(0.4)
+        order.append(path)
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(PAGE), PAGE)
+
+    with raw_server(answer) as slow_base, raw_server(answer, "127.0.0.2") as fast_base:
+        urls = [f"{slow_base}/slow-{n}" for n in range(5)] + [f"{fast_base}/fast-{n}" for n in range(5)]
+        shard = url_shard_of(tmp_path / "urls.parquet", urls)
+        cfg = dataclasses.replace(CFG, concurrency=2, per_host_concurrency=1)
+        manifest = scrape_shard(shard, tmp_path / "out" / "urls.parquet", cfg)
+    assert manifest["counts"]["kept"] == 10
+    assert order.index("/fast-4") < order.index("/slow-1"), order  # not behind the slow host's queue

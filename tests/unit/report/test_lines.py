@@ -16,3 +16,20 @@ def test_a_stage_summary_gives_its_throughput(tmp_path):
     s = stage_summary("shuffle", manifests, tmp_path / "out", 2.0)
     assert s.records_per_s == 200 and s.mb_per_s == round(written / 2**20 / 2.0, 3)
     assert stage_summary("shuffle", manifests, tmp_path / "out", 0.0).records_per_s is None
+
+
+def test_a_reason_that_loses_wanted_pages_is_warned_about_early():
+    """Half of a stage's input rejected for one reason is worth a warning; pages lost to the extraction limit
+    are worth one from 2%."""
+    from textmill.report.lines import reject_warning
+    from textmill.report.record import StageCounts
+
+    def scrape(reasons: dict) -> StageCounts:
+        rejected = sum(reasons.values())
+        return StageCounts(stage="scrape", shards=1, input=100, kept=100 - rejected, rejected=rejected,
+                           rows_out=100 - rejected, reasons=reasons, output="o", seconds=1.0)
+
+    assert reject_warning(scrape({"status=404": 40, "extraction_timeout": 2})) is None
+    warned = reject_warning(scrape({"status=404": 40, "extraction_timeout": 3}))
+    assert warned.startswith("warning: scrape rejected 3 of 100 (3%) as extraction_timeout: pages needed more CPU")
+    assert "as status=404" in reject_warning(scrape({"status=404": 51, "extraction_timeout": 3}))
