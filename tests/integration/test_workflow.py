@@ -53,7 +53,7 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finish
     # Every corpus stage of the run is in its funnel, in order, and every step of the graph in its time per stage.
     record = json.loads((runs[1] / "run.json").read_text())
     assert [s["stage"] for s in record["funnel"]] == [stage.name for stage in run_stages(run_config(str(config)))]
-    steps = {task.stage.split("-", 1)[1] for task in run_graph(config) if isinstance(task, RunTask)
+    steps = {task.step for task in run_graph(config) if isinstance(task, RunTask)
              and not isinstance(task, StageRecord)}
     assert set(record["seconds_per_stage"]) == steps
     table = (tmp_path / "work" / "results.md").read_text().splitlines()

@@ -149,6 +149,12 @@ class RunTask(luigi.Task):
         command = self.settings.command
         return command is not None and self.stage == CORPUS_STAGES[command]
 
+    @property
+    def step(self) -> str:
+        """The step of the run it is, as the run's time per stage names it: its folder without the number
+        (3-minhash: minhash)."""
+        return self.stage.split("-", 1)[1]
+
     def target(self) -> WorkTarget:
         """What the task writes: by default its record, .task.json."""
         return WorkTarget(self.folder(), record_path(self.folder(), "task.json"))

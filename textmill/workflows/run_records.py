@@ -98,7 +98,7 @@ def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok
             record.export = Export.from_dict(read(export.output().done))
     for task in (TrainGPT(config), EvaluateLambada(config), ExportHF(config)):  # the corpus's: in its stage records
         if task.complete():
-            record.seconds_per_stage[task.stage.split("-", 1)[1]] = task_seconds(task)
+            record.seconds_per_stage[task.step] = task_seconds(task)
     record.seconds_per_stage = {k: round(v, 2) for k, v in record.seconds_per_stage.items()}
     return record
 

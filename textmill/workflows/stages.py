@@ -168,7 +168,7 @@ class StageRecord(RunTask):
         shards = shard_files(tasks)
         manifests = [read(manifest_path(p)) for p in shards]
         examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
-        timed = [(task.stage.split("-", 1)[1], task_seconds(task)) for task in [*tasks, *stage.steps(self.config)]]
+        timed = [(task.step, task_seconds(task)) for task in [*tasks, *stage.steps(self.config)]]
         summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(spent for _, spent in timed))
         seconds = {}
         for step, spent in timed:  # each time record read once

@@ -183,7 +183,7 @@ class MergeDataset(PerShuffledShard):
         tokenizer = self.requires()["tokenizer"]
         steps = {"tokenize": sum(task_seconds(part) for part in self.requires_later()), "dataset": seconds}
         if isinstance(tokenizer, RunTask):
-            steps[tokenizer.stage.split("-", 1)[1]] = task_seconds(tokenizer)
+            steps[tokenizer.step] = task_seconds(tokenizer)
         self.finish(dataset=shown(output.prefix), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
                     tokenizer_files=[shown(p) for p in self.input()["tokenizer"].tokenizer], seconds=seconds,
                     files={p.name: local_fingerprint(p) for p in output.token_files()}, histograms=histograms,
