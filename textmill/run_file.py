@@ -30,6 +30,7 @@ from textmill.pipeline.stage_configs import (
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, reference_table, setting
 from textmill.tokenizers.tokenize_config import TokenizeConfig
 from textmill.trainer.train_config import TrainConfig
+from textmill.io.numbers import whole_number
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,11 @@ class ScheduleSection(Settings):
     at: str = setting("03:00", "daily time (HH:MM, the machine's clock) of the crontab line `textmill schedule` writes")
 
     def hour_minute(self) -> tuple[int, int]:
-        hour, _, minute = self.at.partition(":")
-        if not (hour.isdigit() and minute.isdigit() and int(hour) < 24 and int(minute) < 60 and len(minute) == 2):
-            raise TextmillError(f"[schedule] at: {self.at!r} is not a time of day HH:MM")
-        return int(hour), int(minute)
+        hour_text, _, minute_text = self.at.partition(":")
+        hour, minute = whole_number(hour_text), whole_number(minute_text)
+        if hour is None or minute is None or hour >= 24 or minute >= 60 or len(minute_text) != 2:
+            raise TextmillError(f"[schedule] at: {self.at[:40]!r} is not a time of day HH:MM")
+        return hour, minute
 
 
 class Table(NamedTuple):

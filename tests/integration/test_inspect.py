@@ -52,5 +52,6 @@ def test_inspect_decodes_token_files_back_to_their_text(tmp_path):
     assert f"    {TEXTS[0]}<|endoftext|>" in decoded and f"    {TEXTS[1]}<|endoftext|>" in decoded and TEXTS[2] not in decoded
     ids = inspect(f"{prefix}.bin", "--id", "2")
     assert "document 2:" in ids and "document 0:" not in ids and "--vocab-file and --merge-file decode" in ids
-    bad = run_cli("inspect", str(tmp_path / "nothing"))
-    assert bad.returncode == 2 and bad.stderr.startswith("textmill: error:") and len(bad.stderr.splitlines()) == 1
+    for bad in (run_cli("inspect", str(tmp_path / "nothing")), run_cli("inspect", f"{prefix}.bin", "--id", "²"),
+                run_cli("inspect", f"{prefix}.bin", "--id", "9" * 5000)):
+        assert bad.returncode == 2 and bad.stderr.startswith("textmill: error:") and len(bad.stderr.splitlines()) == 1

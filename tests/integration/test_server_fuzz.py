@@ -122,6 +122,7 @@ NAMED_CASES = [
     ("full-width length", "PUT", "/api", b'{"prompts": ["a"]}', {"Content-Length": "\uff11\uff18"}, "Content-Length"),
     ("superscript length", "PUT", "/api", b'{"prompts": ["a"]}', {"Content-Length": "\u00b2"}, "Content-Length"),
     ("Arabic-Indic length", "PUT", "/api", b'{"prompts": ["a"]}', {"Content-Length": "\u0661\u0668"}, "Content-Length"),
+    ("a length of 5,000 digits", "PUT", "/api", b'{"prompts": ["a"]}', {"Content-Length": "9" * 5000}, "Content-Length"),
     ("tiny temperature", "PUT", "/api", b'{"prompts": ["a"], "tokens_to_generate": 2, "temperature": 1e-300}', {},
      "temperature"),
     ("tiny top_p", "PUT", "/api", b'{"prompts": ["a"], "tokens_to_generate": 2, "top_p": 1e-300}', {}, "top_p"),

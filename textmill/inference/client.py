@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from textmill.errors import TextmillError
+from textmill.io.numbers import whole_number
 
 
 def put_api(url: str, request: dict, timeout: float = 600.0) -> dict:
@@ -111,11 +112,12 @@ def run_client(model, prompts: list[str] | None, settings: dict, logprobs: bool,
                 count = ask("Enter number of tokens to generate: ")
             except EOFError:
                 break
-            if not count.strip().isdigit():
+            tokens = whole_number(count)
+            if tokens is None:
                 print("the number of tokens must be a whole number", flush=True)
                 continue
             try:
-                results = model([prompt], {**settings, "tokens_to_generate": int(count)})
+                results = model([prompt], {**settings, "tokens_to_generate": tokens})
             except TextmillError as exc:
                 print(f"error: {exc}", flush=True)
                 continue

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from textmill.inference.requests import BadRequest, Limits, parse_api_request, parse_completion_request, refuse_constant
 from textmill.io.files import has_lone_surrogate
+from textmill.io.numbers import whole_number
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
@@ -193,16 +194,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def read_json(self):
-        length = self.headers.get("Content-Length")
-        if length is None or not (length.isascii() and length.isdigit()):
+        length = whole_number(self.headers.get("Content-Length") or "")
+        if length is None:
             raise BadRequest("a Content-Length header of ASCII digits is required")
-        if int(length) > MAX_BODY_BYTES:
+        if length > MAX_BODY_BYTES:
             # Read what a reasonable client sends before answering, so it sees the 400 and not a broken pipe.
-            left = int(length) if int(length) <= MAX_DRAIN_BYTES else 0
+            left = length if length <= MAX_DRAIN_BYTES else 0
             while left > 0:
                 left -= len(self.rfile.read(min(left, 1 << 16))) or left
             raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-        body = self.rfile.read(int(length))
+        body = self.rfile.read(length)
         try:
             data = json.loads(body, parse_constant=refuse_constant)
         except RecursionError:

@@ -38,6 +38,7 @@ from textmill.interop.families import FAMILIES
 from textmill.interop.megatron_dist import COMMON, is_dist_checkpoint, read_dist_model
 from textmill.trainer.checkpoint import TRACKER
 from textmill.trainer.gpt_config import GPTConfig
+from textmill.io.numbers import whole_number
 
 STATE = "model_optim_rng.pt"
 SHARD = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
@@ -116,9 +117,10 @@ def checkpoint_folder(path: Path) -> tuple[Path, str]:
         said = tracker.read_text().strip()
         if said == "release":
             return path / "release", said
-        if not said.isdigit() or int(said) <= 0:
+        iteration = whole_number(said)
+        if not iteration:
             raise TextmillError(f"{tracker}: says {said[:40]!r}, neither 'release' nor an iteration")
-        return path / f"iter_{int(said):07d}", said
+        return path / f"iter_{iteration:07d}", said
     if any(SHARD.match(p.name) for p in path.glob("mp_rank_*")) or is_dist_checkpoint(path):
         return path, path.name
     raise TextmillError(f"{path}: no {TRACKER}, no mp_rank_* folders and no .metadata: not a Megatron-LM checkpoint")

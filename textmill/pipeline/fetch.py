@@ -37,6 +37,7 @@ from yarl import URL
 
 from textmill.pipeline.robots import RobotRules
 from textmill.pipeline.stage_configs import ScrapeConfig
+from textmill.io.numbers import whole_number
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -165,7 +166,8 @@ def retry_after(value: str | None) -> float | None:
     if not value:
         return None
     if value.isascii() and value.isdigit():
-        return float(value[:12])  # longer is no wait anyone means: the fetch deadline caps it anyway
+        seconds = whole_number(value)  # None past 18 digits: no wait anyone means
+        return None if seconds is None else float(seconds)
     try:
         return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
     except (TypeError, ValueError, OverflowError, IndexError):

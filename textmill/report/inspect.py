@@ -16,6 +16,7 @@ from textmill.io.files import is_loose_json
 from textmill.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import earlier_or_current, manifest_path, read_rows, reason_key, record_path
+from textmill.io.numbers import whole_number
 
 TEXT_CHARS = 300  # of a record's text shown
 TOKEN_IDS = 24  # of a token document's ids shown
@@ -182,9 +183,11 @@ def token_lines(prefix: Path, selection: Selection, tokenizer) -> list[str]:
     lines = [f"{prefix}.bin/.idx: Megatron mmap token files, {ds.num_documents:,} documents, {len(ds):,} sequences, "
              f"{tokens:,} tokens ({ds.dtype})"]
     if selection.record_id is not None:
-        if not selection.record_id.isdigit() or int(selection.record_id) >= ds.num_documents:
-            raise TextmillError(f"--id for token files is a document number below {ds.num_documents}, not {selection.record_id}")
-        numbers = [int(selection.record_id)]
+        number = whole_number(selection.record_id)
+        if number is None or number >= ds.num_documents:
+            raise TextmillError(f"--id for token files is a document number below {ds.num_documents}, "
+                                f"not {selection.record_id[:40]}")
+        numbers = [number]
     else:
         numbers = list(range(min(selection.head, ds.num_documents)))
     if tokenizer is None:

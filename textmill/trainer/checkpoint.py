@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, empty_folder_beside, replace_folder
+from textmill.io.numbers import whole_number
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = Path("mp_rank_00") / "model_optim_rng.pt"
@@ -227,9 +228,10 @@ def read_tracker(root: Path) -> int | str | None:
     text = tracker.read_text().strip()
     if text == "release":
         return text
-    if not text.isdigit() or int(text) <= 0:
-        raise TextmillError(f"{tracker}: expected an iteration number or 'release', found {text!r}")
-    return int(text)
+    iteration = whole_number(text)
+    if not iteration:
+        raise TextmillError(f"{tracker}: expected an iteration number or 'release', found {text[:40]!r}")
+    return iteration
 
 
 @dataclass
