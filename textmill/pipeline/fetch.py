@@ -213,9 +213,11 @@ class Hosts:
         return rules is None or rules.can_fetch(url)
 
     async def _rules(self, origin: str) -> RobotRules | None:
-        async with self.slot(origin):
-            got = await http_get(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
-        self.freed.set()
+        try:
+            async with self.slot(origin):
+                got = await http_get(self.session, self.resolver, origin + "/robots.txt", self.cfg, html_only=False)
+        finally:
+            self.freed.set()
         if got.reason is not None or got.body is None:
             return None
         # Compiled in a thread, once per host: a robots.txt of many rules does not hold up the other fetches.
@@ -231,11 +233,13 @@ class Hosts:
         rng = random.Random(url)
         host = urlsplit(url).netloc
         for attempt in range(self.cfg.retries + 1):
-            async with self.slot(url):
-                if self.given_up(host):
-                    return Fetched(url, reason="host_down"), attempt
-                got = await http_get(self.session, self.resolver, url, self.cfg)
-            self.freed.set()
+            try:
+                async with self.slot(url):
+                    if self.given_up(host):
+                        return Fetched(url, reason="host_down"), attempt
+                    got = await http_get(self.session, self.resolver, url, self.cfg)
+            finally:  # however the slot was given back (an error included): a URL set aside may go now
+                self.freed.set()
             if got.reason not in TRANSIENT or attempt == self.cfg.retries:
                 self.down[host] = self.down[host] + 1 if got.host_down else 0
                 return got, attempt + 1

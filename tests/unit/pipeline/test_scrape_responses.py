@@ -183,3 +183,19 @@ def test_urls_of_a_busy_host_wait_aside_while_other_hosts_are_fetched(tmp_path):
         manifest = scrape_shard(shard, tmp_path / "out" / "urls.parquet", cfg)
     assert manifest["counts"]["kept"] == 10
     assert order.index("/fast-4") < order.index("/slow-1"), order  # not behind the slow host's queue
+
+
+def test_urls_set_aside_for_a_host_given_up_are_all_answered(tmp_path):
+    """One URL of a host that answers, then many of a host that refuses connections, more than the workers can hold:
+    the URLs set aside for the refusing host are handed out as it is given up (host_down), the last of them too,
+    and the scrape ends with every URL counted."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    refused_port = closed.getsockname()[1]
+    closed.close()
+    with raw_server(lambda path: b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(PAGE), PAGE), "127.0.0.2") as other:
+        urls = [other + "/page"] + [f"http://127.0.0.1:{refused_port}/page-{n}" for n in range(40)]
+        shard = url_shard_of(tmp_path / "urls.parquet", urls)
+        cfg = dataclasses.replace(CFG, concurrency=4, per_host_concurrency=1, retries=0, host_give_up=2)
+        manifest = scrape_shard(shard, tmp_path / "out" / "urls.parquet", cfg)
+    assert manifest["counts"]["kept"] == 1 and manifest["reasons"] == {"connection_error": 2, "host_down": 38}
