@@ -224,8 +224,11 @@ def read_hf_weights(folder: Path) -> dict:
     if index.exists():
         try:
             files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            outside = [f for f in files if Path(f).name != f or f in ("", ".", "..")]
         except (ValueError, KeyError, TypeError, AttributeError):
             raise TextmillError(f"{index}: not a safetensors index (a JSON object with a weight_map of file names)") from None
+        if outside:  # a shard is a file beside its index, never a path elsewhere (`../outside/x.safetensors`)
+            raise TextmillError(f"{index}: names {outside[0][:80]!r}, not a file of its folder")
         return {k: v for f in files for k, v in load_safetensors(folder / f).items()}
     if (folder / "pytorch_model.bin").exists():
         try:  # weights_only: a pickle that would run code is refused, never run

@@ -172,7 +172,21 @@ class IndexedDataset:
         need = int(self.pointers[-1]) + int(self.lengths[-1]) * self.dtype.itemsize if seq_count else 0
         if bin_path.stat().st_size != need:
             raise TextmillError(f"{bin_path}: {bin_path.stat().st_size} bytes, the index says {need}")
+        self._check_index(idx_path)
         self._bin = np.memmap(bin_path, mode="r", dtype=np.uint8) if need else np.zeros(0, np.uint8)
+
+    def _check_index(self, idx_path: Path) -> None:
+        """The sequences lie end to end from byte 0 in order, and the documents cut them in order from 0 to the
+        last: an index whose pointers lie (at another document's tokens, or past the file) is refused, not read.
+        A pass over three arrays, cheap beside reading the tokens."""
+        sizes = self.lengths.astype(np.int64) * self.dtype.itemsize
+        if len(self.lengths) and (self.lengths.min() < 0 or self.pointers[0] != 0
+                                  or not np.array_equal(self.pointers[1:], self.pointers[:-1] + sizes[:-1])):
+            raise TextmillError(f"{idx_path}: its sequence pointers do not follow their lengths end to end")
+        docs = self.doc_indices
+        if len(docs) and (docs[0] != 0 or docs[-1] != len(self.lengths) or np.any(np.diff(docs) < 0)):
+            raise TextmillError(f"{idx_path}: its document indices do not run in order from 0 to its "
+                                f"{len(self.lengths)} sequences")
 
     def __len__(self) -> int:
         return len(self.lengths)

@@ -164,3 +164,27 @@ def test_a_safetensors_file_whose_header_lies_is_one_error(tmp_path, damage):
     with pytest.raises(TextmillError) as refused:
         read_hf_weights(tmp_path)
     assert len(str(refused.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("named", ["../outside/model.safetensors", "/etc/model.safetensors", "sub/model.safetensors", ".."])
+def test_a_shard_index_naming_a_file_outside_its_folder_is_refused(tmp_path, named):
+    """A model.safetensors.index.json is followed only to files beside it: a path elsewhere (the file there is a
+    real safetensors file) is one error line, and nothing is read from it."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from textmill.errors import TextmillError
+    from textmill.interop.hf import read_hf_weights
+
+    (tmp_path / "outside").mkdir()
+    save_file({"wte": torch.zeros(4, 8)}, tmp_path / "outside" / "model.safetensors")
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    save_file({"wpe": torch.ones(2, 8)}, model / "part-1.safetensors")
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"wpe": "part-1.safetensors",
+                                                                                  "wte": named}}))
+    with pytest.raises(TextmillError, match="not a file of its folder"):
+        read_hf_weights(model)
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"wpe": "part-1.safetensors"}}))
+    assert set(read_hf_weights(model)) == {"wpe"}

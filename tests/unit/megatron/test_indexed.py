@@ -86,3 +86,29 @@ def test_megatron_builder_files_read_by_ours(tmp_path):
     assert ours.dtype == np.int32 and ours.num_documents == 50
     for d, doc in enumerate(docs):
         assert [s.tolist() for s in ours.document(d)] == [s.tolist() for s in doc]
+
+
+def test_an_index_whose_pointers_lie_is_refused(tmp_path):
+    """An .idx whose sequence pointer points at another document's tokens, or whose document indices run backwards
+    or past its sequences, with a .bin of the right size: refused in one line when opened, not served."""
+    w = IndexedDatasetWriter(tmp_path / "a", np.int32)
+    for d in ([1, 2], [3], [4, 5, 6]):
+        w.add_document(d)
+    w.finalize()
+    good = (tmp_path / "a.idx").read_bytes()
+    seq_count = 3
+    pointers_at = 34 + 4 * seq_count  # int64 pointers after the header and the int32 lengths
+    docs_at = 34 + 12 * seq_count
+    lying = {
+        "a pointer at another document": good[:pointers_at + 8] + np.int64(0).tobytes() + good[pointers_at + 16:],
+        "document indices backwards": good[:docs_at + 8] + np.int64(3).tobytes() + np.int64(1).tobytes()
+        + good[docs_at + 24:],
+        "document indices past the sequences": good[:docs_at + 24] + np.int64(9).tobytes() + good[docs_at + 32:],
+    }
+    for name, data in lying.items():
+        assert len(data) == len(good), name
+        (tmp_path / "a.idx").write_bytes(data)
+        with pytest.raises(TextmillError, match="pointers|document indices"):
+            IndexedDataset(tmp_path / "a")
+    (tmp_path / "a.idx").write_bytes(good)
+    assert [IndexedDataset(tmp_path / "a")[i].tolist() for i in range(3)] == [[1, 2], [3], [4, 5, 6]]
