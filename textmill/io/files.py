@@ -224,3 +224,13 @@ def parquet_batches(reader, batch_rows: int, columns: list[str] | None = None) -
     pyarrow.parquet.ParquetFile."""
     for group in range(reader.num_row_groups):
         yield from reader.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
+
+
+def missing_input(path: Path) -> TextmillError:
+    """The error for an input that is not a file or folder to read: what it is instead, when it is something."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        return TextmillError(f"input {path} is a symbolic link that leads nowhere (a loop, or a missing target)")
+    if path.exists():
+        return TextmillError(f"input {path} is not a regular file or folder (a FIFO, a socket or a device)")
+    return TextmillError(f"input not found: {path}")

@@ -63,7 +63,7 @@ def url_of(path: Path) -> str | None:
     """The URL a mirrored path stands for, or None for a local file."""
     try:
         protocol, *parts = Path(path).resolve().relative_to(cache_root()).parts
-    except ValueError:
+    except (ValueError, RuntimeError, OSError):  # not under the cache; or a symbolic link loop, local either way
         return None
     return f"{protocol}://{'/'.join(parts)}" if parts else None
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import tldextract
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, read_json_record, write_json
+from textmill.io.files import atomic_path, missing_input, read_json_record, write_json
 from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, write_table
 from textmill.pipeline.stage_configs import BlacklistConfig
 from textmill.pipeline.units import OPENERS, LineUnit, read_unit_lines, url_list_name
@@ -276,7 +276,7 @@ def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             files.append(path)
         else:
-            raise TextmillError(f"input not found: {path}")
+            raise missing_input(path)
     names = [url_list_name(p) for p in files]
     clash = {n for n in names if names.count(n) > 1}
     if clash:

@@ -35,6 +35,7 @@ from textmill.io.files import (
     LOOSE_JSON_SUFFIXES,
     atomic_path,
     file_fingerprint,
+    missing_input,
     parquet_batches,
     read_json_record,
     temporary_path,
@@ -335,7 +336,7 @@ def list_shards(inputs: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             shards.append(path)
         else:
-            raise TextmillError(f"input not found: {path}")
+            raise missing_input(path)
     if not shards:
         raise TextmillError(f"no shards (*.parquet, *.jsonl, *.jsonl.gz) found in {', '.join(map(str, inputs))}")
     return shards

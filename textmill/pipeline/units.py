@@ -128,12 +128,15 @@ def line_units(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
     """The units of a text file of at most `per_unit` lines each, in order (at least one)."""
     local = fetch(path)
     stat = local.stat()
-    return _units(str(local), stat.st_size, stat.st_mtime_ns, per_unit, stem)
+    # The cut is cached under what a file's edit always changes: the size and modification time can be put back
+    # (`cp -p`, `rsync -t`, touch -r), the inode's change time (ctime) cannot, short of the clock.
+    return _units(str(local), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns, per_unit, stem)
 
 
 @functools.lru_cache(maxsize=4096)
-def _units(path: str, size: int, mtime_ns: int, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
-    stamp = f"{_CUT_VERSION} {path} {size} {mtime_ns} {per_unit} {stem}"
+def _units(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int, per_unit: int,
+           stem: str) -> tuple[LineUnit, ...]:
+    stamp = f"{_CUT_VERSION} {path} {size} {mtime_ns} {inode} {ctime_ns} {per_unit} {stem}"
     cached = cache_root() / "url-units" / f"{hashlib.sha256(stamp.encode()).hexdigest()[:32]}.json"
     try:
         record = json.loads(cached.read_text())

@@ -47,8 +47,9 @@ def key_of(*parts) -> str:
 
 
 def url_stamps(settings: RunConfig) -> tuple:
-    """The modification times of the [run] urls entries: a file added to a folder changes the folder's."""
-    return tuple((str(p), p.stat().st_mtime_ns if p.exists() else None) for p in settings.run.urls)
+    """The modification and change times of the [run] urls entries: a file added to a folder changes the
+    folder's; an edit whose modification time was put back still changes the change time."""
+    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in settings.run.urls)
 
 
 def starts_with_url_lists(settings: RunConfig) -> bool:

@@ -118,3 +118,19 @@ def test_a_record_over_the_size_limit_is_rejected_too_large_without_being_read_w
     got = list(iter_documents(tmp_path / "theirs.parquet", max_bytes=limit))
     assert [(row["id"], reason) for row, reason in got] == [("small", None), ("wide", "too_large")]
     assert got[1][0]["text"] == "é" * 200
+
+
+def test_an_input_that_is_a_symlink_loop_or_a_fifo_says_what_it_is(tmp_path):
+    """A URL list or a shard that is a symbolic link loop (it ended in a RuntimeError traceback) or a FIFO (it was
+    "not found", though it exists): one error line naming what the input is."""
+    import os
+
+    from textmill.pipeline.blacklist import url_list_files
+
+    (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
+    os.mkfifo(tmp_path / "fifo.txt")
+    for read in (url_list_files, list_shards):
+        with pytest.raises(TextmillError, match="symbolic link that leads nowhere"):
+            read([tmp_path / "loop.txt"])
+        with pytest.raises(TextmillError, match="not a regular file or folder"):
+            read([tmp_path / "fifo.txt"])

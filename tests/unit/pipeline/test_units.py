@@ -68,6 +68,26 @@ def test_a_cut_is_remembered_on_disk_and_made_again_when_the_file_changes(tmp_pa
     assert len(cuts) == 1
 
 
+def test_a_list_edited_in_place_with_its_time_put_back_is_cut_again(tmp_path, monkeypatch):
+    """`cp -p` or `rsync -t` over a list: the same size and modification time, other URLs. The cut is made again
+    (its cache is keyed by the inode's change time too), so the new URL is in the units."""
+    import os
+    import time
+
+    monkeypatch.setenv("TEXTMILL_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "urls.txt"
+    path.write_text("https://example.com/1\nhttps://example.com/2\n")
+    before = path.stat()
+    first = url_units(path, 1)
+    time.sleep(0.01)
+    path.write_text("https://example.com/1\nhttps://example.com/9\n")  # the same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and its modification time put back
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    units_module._units.cache_clear()  # another process: only the file on disk remembers
+    again = url_units(path, 1)
+    assert again[0].sha256 == first[0].sha256 and again[1].sha256 != first[1].sha256
+
+
 def test_a_compressed_list_is_read_unit_by_unit_from_the_copies_its_cut_keeps(tmp_path, monkeypatch):
     """Reading a unit of a compressed list from the stream means decompressing everything before it: the
     cut keeps each unit's bytes, and a machine without them (or with a damaged one) reads the stream."""
