@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from textmill.errors import TextmillError
+from textmill.io.numbers import whole_number
 from textmill.io.store import configure, fetch_file_or_tree, url_of
 from textmill.pipeline.stage_configs import (
     BlacklistConfig,
@@ -30,7 +31,6 @@ from textmill.pipeline.stage_configs import (
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, reference_table, setting
 from textmill.tokenizers.tokenize_config import TokenizeConfig
 from textmill.trainer.train_config import TrainConfig
-from textmill.io.numbers import whole_number
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,11 @@ import torch
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_folder
+from textmill.io.numbers import whole_number
 from textmill.interop.families import FAMILIES
 from textmill.interop.megatron_dist import COMMON, is_dist_checkpoint, read_dist_model
 from textmill.trainer.checkpoint import TRACKER
 from textmill.trainer.gpt_config import GPTConfig
-from textmill.io.numbers import whole_number
 
 STATE = "model_optim_rng.pt"
 SHARD = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")

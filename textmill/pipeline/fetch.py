@@ -35,9 +35,9 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from yarl import URL
 
+from textmill.io.numbers import whole_number
 from textmill.pipeline.robots import RobotRules
 from textmill.pipeline.stage_configs import ScrapeConfig
-from textmill.io.numbers import whole_number
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECT_CODES = (301, 302, 303, 307, 308)

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
 from textmill.io.files import is_loose_json
+from textmill.io.numbers import whole_number
 from textmill.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.shards import earlier_or_current, manifest_path, read_rows, reason_key, record_path
-from textmill.io.numbers import whole_number
 
 TEXT_CHARS = 300  # of a record's text shown
 TOKEN_IDS = 24  # of a token document's ids shown
