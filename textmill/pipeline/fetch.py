@@ -162,12 +162,10 @@ TRANSIENT = ("connection_error", "broken_response", "status=429", "status=502", 
 def retry_after(value: str | None) -> float | None:
     """The seconds a Retry-After header asks for (ASCII digits, or an HTTP date), or None for anything else
     (`²` and `٣` are digits to str.isdigit, not to HTTP)."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    if value.isascii() and value.isdigit():
-        seconds = whole_number(value)  # None past 18 digits: no wait anyone means
-        return None if seconds is None else float(seconds)
+    value = value or ""
+    seconds = whole_number(value)  # None past 18 digits, no wait anyone means (nor a date either)
+    if seconds is not None:
+        return float(seconds)
     try:
         return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
     except (TypeError, ValueError, OverflowError, IndexError):

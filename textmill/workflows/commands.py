@@ -65,7 +65,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
         if not all(t.complete() for t in targets):
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)
-        result = stage_result(stage, targets)
+        result = stage_result(stage, config)
         if stage != "blacklist":  # its shards are URLs, not documents
             place_kept(folder, kept_shards(stage, config), output_format)
         return result
@@ -159,10 +159,11 @@ def stage_targets(config: str) -> list[luigi.Task]:
     return STAGE_NAMES[run_config(config).command].targets(config)
 
 
-def stage_result(stage: str, targets: list[luigi.Task]) -> StageResult:
-    """The output shards' manifests and the stage's record, from its finished targets (stage_targets)."""
-    record = read_json(targets[-1].output().done) if STAGE_NAMES[stage].summary else None
-    return StageResult([read_json(manifest_path(p)) for p in kept_shards(stage, targets[0].config)], record)
+def stage_result(stage: str, config: str) -> StageResult:
+    """The output shards' manifests and the stage's record, once its targets are finished (stage_targets)."""
+    summary = STAGE_NAMES[stage].summary
+    record = read_json(summary(config).output().done) if summary else None
+    return StageResult([read_json(manifest_path(p)) for p in kept_shards(stage, config)], record)
 
 
 def why_unfinished(stage: str, folder: Path, since: float) -> TextmillError:
