@@ -1,4 +1,5 @@
-"""Generation speed: tokens/s with and without the key/value cache, and server latency under 50 clients.
+"""Generation speed: tokens/s with and without the key/value cache, server latency under 50 clients, and
+under 60 heavy requests whose clients hung up.
 
     python benchmarks/bench_generate.py [--preset gpt2-124m] [--prompt-tokens 32] [--new-tokens 64]
 
@@ -7,6 +8,8 @@ checkpoint. Part 1 generates greedily from prompts of --prompt-tokens tokens, ba
 the cache and recomputing the whole prefix for every token; the ratio is against the uncached run of the
 same batch. Part 2 starts `textmill serve` on 127.0.0.1, measures one client's request latency, then 50
 clients sending one request each at the same moment; ratios are against the single client's median.
+Part 3 sends --abandoned heavy requests (8 prompts, --heavy-tokens new tokens each) on sockets closed at
+once without reading, then one ordinary request; its latency is against the single client's median.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import platform
 import random
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -70,11 +74,13 @@ def put(url: str, body: dict) -> float:
     return time.perf_counter() - started
 
 
-def server_latency(root: Path, tokenizer, prompt_tokens: int, new_tokens: int, clients: int) -> dict:
+def server_latency(root: Path, tokenizer, prompt_tokens: int, new_tokens: int, clients: int, abandoned: int,
+                   heavy_tokens: int) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "textmill.cli", "serve", "--load", str(root), "--port", "0"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        url = "http://" + re.search(r"http://(127\.0\.0\.1:\d+)", proc.stdout.readline()).group(1)
+        address = re.search(r"http://(127\.0\.0\.1):(\d+)", proc.stdout.readline()).groups()
+        url = f"http://{address[0]}:{address[1]}"
         texts = [tokenizer.decode(p) for p in prompts(tokenizer, clients, prompt_tokens)]
         body = lambda i: {"prompts": [texts[i]], "tokens_to_generate": new_tokens, "top_k": 1}  # noqa: E731
         put(url, body(0))  # warm-up
@@ -83,11 +89,18 @@ def server_latency(root: Path, tokenizer, prompt_tokens: int, new_tokens: int, c
         with ThreadPoolExecutor(clients) as pool:
             latencies = sorted(pool.map(lambda i: put(url, body(i)), range(clients)))
         wall = time.perf_counter() - started
+        heavy = json.dumps({"prompts": texts[:8], "tokens_to_generate": heavy_tokens, "top_k": 1}).encode()
+        sockets = [socket.create_connection((address[0], int(address[1]))) for _ in range(abandoned)]
+        for sock in sockets:
+            sock.sendall(b"PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(heavy), heavy))
+        for sock in sockets:
+            sock.close()
+        after_abandoned = put(url, body(1))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     return {"single": single, "p50": statistics.median(latencies), "p95": latencies[int(0.95 * (clients - 1))],
-            "max": latencies[-1], "wall": wall}
+            "max": latencies[-1], "wall": wall, "after_abandoned": after_abandoned}
 
 
 def main() -> None:
@@ -97,6 +110,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt in part 1")
     ap.add_argument("--server-new-tokens", type=int, default=16, help="tokens generated per request in part 2")
     ap.add_argument("--clients", type=int, default=50, help="concurrent clients in part 2")
+    ap.add_argument("--abandoned", type=int, default=60, help="heavy requests whose clients hang up, in part 3")
+    ap.add_argument("--heavy-tokens", type=int, default=128, help="tokens generated per prompt of a heavy request")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,12 +130,15 @@ def main() -> None:
             print(f"| {batch} | no | {plain:,.1f} | 1.00 |")
             print(f"| {batch} | yes | {cached:,.1f} | {cached / plain:.2f} |", flush=True)
 
-        r = server_latency(root, tokenizer, args.prompt_tokens, args.server_new_tokens, args.clients)
+        r = server_latency(root, tokenizer, args.prompt_tokens, args.server_new_tokens, args.clients, args.abandoned,
+                           args.heavy_tokens)
         print(f"\n## `textmill serve`, greedy, {args.server_new_tokens} new tokens per request\n")
         print("| load | latency s | ratio |\n|---|---:|---:|")
         print(f"| 1 client (median of 5) | {r['single']:.3f} | 1.00 |")
         for key in ("p50", "p95", "max"):
             print(f"| {args.clients} clients at once, {key} | {r[key]:.3f} | {r[key] / r['single']:.1f} |")
+        print(f"| after {args.abandoned} heavy requests whose clients hung up (8 prompts x {args.heavy_tokens} tokens) | "
+              f"{r['after_abandoned']:.3f} | {r['after_abandoned'] / r['single']:.1f} |")
         print(f"\n{args.clients} requests answered in {r['wall']:.1f} s ({args.clients / r['wall']:.1f} requests/s; "
               f"one client alone: {1 / r['single']:.1f} requests/s)")
 

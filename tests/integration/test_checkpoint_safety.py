@@ -5,6 +5,7 @@ any entry the metadata declares as bytes. Each command that loads a checkpoint i
 checkpoint whose `.metadata` was replaced, and must refuse it in one line, exit 2, and leave no marker."""
 
 import io
+import json
 import pickle
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import torch
 from support.cli import run_cli
 from support.training import parallel_config
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model
+from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model, written_files
 
 
 class RunsCode:
@@ -107,8 +108,11 @@ def test_a_single_file_checkpoint_or_hugging_face_bin_that_runs_code_is_refused(
     marker = tmp_path / "marker"
     ckpt = tmp_path / "single"
     shutil.copytree(gpt2_ckpt, ckpt)
-    state = load_checkpoint(ckpt).path / "mp_rank_00" / "model_optim_rng.pt"
+    folder = load_checkpoint(ckpt).path
+    state = folder / "mp_rank_00" / "model_optim_rng.pt"
     torch.save({"model": RunsCode(marker)}, state)
+    meta = json.loads((folder / "textmill.json").read_text())  # the record made to fit, as an attacker would
+    (folder / "textmill.json").write_text(json.dumps({**meta, "files": written_files(folder)}))
     r = run_cli("export", "hf", "--load", str(ckpt), "--output", str(tmp_path / "hf"))
     assert r.returncode == 2 and not marker.exists()
     [line] = r.stderr.strip().splitlines()

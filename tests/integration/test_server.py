@@ -1,6 +1,8 @@
-"""`textmill serve`, a process of its own: Megatron's API and its answers, bad requests, many clients, the client,
-and greedy generation against transformers on the export."""
+"""`textmill serve`, a process of its own: Megatron's API and its answers, bad requests, many clients, clients that
+hang up, the client, and greedy generation against transformers on the export."""
 
+import json
+import socket
 import subprocess
 import sys
 import warnings
@@ -148,6 +150,29 @@ def test_fifty_concurrent_clients_each_get_their_own_answer(server, gpt2):
         assert status == 200 and body["text"] == [text]
     health = server.request("GET", "/health")[1]
     assert health["status"] == "ok" and health["batches"] - batches_before < 50
+
+
+def test_sixty_heavy_requests_whose_clients_hung_up_leave_the_server_free(server):
+    """The adversarial pass's case: 60 heavy requests sent at once, their clients gone before any answer; the
+    server stops or drops each (it ran all 60 before, and an ordinary request got no answer in 600 s)."""
+    heavy = json.dumps({"prompts": [f"{p} again" for p in PROMPTS * 2], "tokens_to_generate": 150, "top_k": 1}).encode()
+    before = server.request("GET", "/health")[1]
+    host, port = server.url.removeprefix("http://").split(":")
+    sockets = [socket.create_connection((host, int(port))) for _ in range(60)]
+    for sock in sockets:
+        sock.sendall(b"PUT /api HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(heavy), heavy))
+    for sock in sockets:
+        sock.close()
+    status, body = server.request("PUT", "/api", {"prompts": ["The old sailor"], "tokens_to_generate": 8, "top_k": 1})
+    assert status == 200 and body["text"][0].startswith("The old sailor")
+    after = server.request("GET", "/health")[1]
+    assert after["requests"] - before["requests"] == 61 and after["errors"] == before["errors"]
+    # Each heavy request (8 prompts: a batch of its own) was dropped from the queue or stopped (abandoned), or
+    # finished before its client was seen gone; the ordinary request's batch is the one more.
+    heavy_finished = after["batches"] - before["batches"] - 1
+    abandoned = after["abandoned"] - before["abandoned"]
+    print(f"heavy requests finished {heavy_finished}, abandoned {abandoned}, stopped batches {after['stopped_batches']}")
+    assert heavy_finished < 60 and abandoned + heavy_finished >= 60 and after["waiting"] == 0
 
 
 def test_client_against_the_server_and_locally(server, gpt2_ckpt, gpt2):

@@ -1,4 +1,4 @@
-"""`textmill train`: bad input is one error line; --compile falls back to eager where inductor cannot run."""
+"""`textmill train`: bad input (a damaged checkpoint included) is one error line; --compile falls back to eager where inductor cannot run."""
 
 from support.cli import run_cli
 from support.training import train_config
@@ -22,9 +22,19 @@ def test_bad_input_is_one_clear_error(corpus, tmp_path):
     r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--save", str(save), "--eval-iters", "1")
     assert r.returncode == 0, r.stderr
     state = save / "iter_0000002" / "mp_rank_00" / "model_optim_rng.pt"
-    state.write_bytes(state.read_bytes()[:1000])
-    r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--train-iters", "4")
-    assert r.returncode == 2 and "not a readable checkpoint" in r.stderr, r.stderr
+    data = bytearray(state.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 50):  # 50 bytes of the weights flipped, size unchanged
+        data[i] ^= 0xFF
+    state.write_bytes(bytes(data))
+    resume = [*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--save", str(save), "--train-iters", "4"]
+    r = run_cli(*resume)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"textmill: error: {state}: damaged, its sha256 differs from the one recorded when it was written; load an "
+        "earlier checkpoint (point latest_checkpointed_iteration.txt at it) or another copy"], r.stderr
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "2\n" and not (save / "iter_0000004").exists()
+    state.write_bytes(bytes(data[:1000]))
+    r = run_cli(*resume)
+    assert r.returncode == 2 and "damaged, 1000 bytes where" in r.stderr, r.stderr
     (save / "latest_checkpointed_iteration.txt").write_text("7\n")
     r = run_cli(*base, "--data-path", str(corpus["prefix"]), "--load", str(save), "--train-iters", "4")
     assert r.returncode == 2 and "iter_0000007" in r.stderr and "holds no checkpoint" in r.stderr

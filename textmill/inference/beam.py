@@ -17,10 +17,12 @@ in their new order.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
-from textmill.inference.generate import Generation, SamplingParams, TokenText
+from textmill.inference.generate import Cancelled, Generation, SamplingParams, TokenText
 from textmill.trainer.model import KVCache
 
 
@@ -47,10 +49,12 @@ class Hypotheses:
 
 @torch.no_grad()
 def beam_search(model, prompt: list[int], params: SamplingParams, vocab_size: int, stop_token: int,
-                text: TokenText | None = None, dtype: torch.dtype | None = None) -> list[Generation]:
+                text: TokenText | None = None, dtype: torch.dtype | None = None,
+                stopped: Callable[[], bool] | None = None) -> list[Generation]:
     """The best `params.beam_width` continuations of `prompt` (token ids) by beam search, best first.
     `vocab_size` is the number of real tokens (padding rows of the output layer are never chosen); `text`
-    is needed only for params.prevent_newline_after_colon."""
+    is needed only for params.prevent_newline_after_colon; `stopped`, asked before each token, ends the
+    search with Cancelled when it says so."""
     width, prompt_length = params.beam_width, len(prompt)
     total = prompt_length + params.tokens_to_generate
     if width < 1 or params.tokens_to_generate < 1 or not prompt:
@@ -73,8 +77,10 @@ def beam_search(model, prompt: list[int], params: SamplingParams, vocab_size: in
             text.ban_newline_after_colon(logits, beams[:, -1])
         return F.log_softmax(logits, dim=-1)
 
-    stopped = False
+    ended = False
     for length in range(1, params.tokens_to_generate + 1):
+        if stopped is not None and stopped():
+            raise Cancelled
         candidates = (next_logprobs() + scores[:, None]).flatten()
         ranked_scores, ranked = torch.sort(candidates, descending=True, stable=True)
         rows, tokens, kept_scores = [], [], []
@@ -88,14 +94,14 @@ def beam_search(model, prompt: list[int], params: SamplingParams, vocab_size: in
                 if len(rows) == width:
                     break
         if finished.done(float(ranked_scores[0]), length) or not rows:
-            stopped = True
+            ended = True
             break
         order = torch.tensor(rows, device=device)
         beams = torch.cat([beams.index_select(0, order), torch.tensor(tokens, device=device)[:, None]], dim=1)
         scores = torch.tensor(kept_scores)
         if cache is not None:
             cache.reorder(order)
-    if not stopped:
+    if not ended:
         for row in range(len(beams)):
             finished.add(beams[row].tolist(), float(scores[row]), params.tokens_to_generate)
     # An open beam never ends with the stop token, so a hypothesis that does was finished by it.

@@ -14,11 +14,16 @@ drawn with the request's own seeded generator. top_k == 1 is greedy (argmax), as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from textmill.trainer.model import KVCache
+
+
+class Cancelled(Exception):
+    """Generation given up between two tokens: no one waits for its answer any more."""
 
 
 @dataclass
@@ -96,9 +101,10 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 @torch.no_grad()
-def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingParams,
-             eod: int, dtype: torch.dtype | None = None) -> list[Generation]:
-    """Continue each prompt (a non-empty list of token ids) by up to params.tokens_to_generate tokens."""
+def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingParams, eod: int,
+             dtype: torch.dtype | None = None, stopped: Callable[[], bool] | None = None) -> list[Generation]:
+    """Continue each prompt (a non-empty list of token ids) by up to params.tokens_to_generate tokens.
+    `stopped`, asked before each token, ends the generation with Cancelled when it says so."""
     device = next(model.parameters()).device
     vocab = text.tokenizer.vocab_size
     lengths = torch.tensor([len(p) for p in prompts])
@@ -148,6 +154,8 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
         logits = forward(0, pos)
         score(logits, 0, pos - 1)
         while busy(pos):
+            if stopped is not None and stopped():
+                raise Cancelled
             last = logits[:, -1] / params.temperature
             if params.prevent_newline_after_colon:
                 text.ban_newline_after_colon(last, tokens[:, pos - 1])

@@ -14,21 +14,28 @@ where Megatron has one. A beam search hypothesis ends at its stop token (Megatro
 the full length with end-of-document tokens), and beam search refuses the sampling settings it would
 ignore. One worker thread generates; requests that wait while it works are batched together
 when their settings are the same (greedy ones, or sampled ones without a seed: a seeded request runs
-alone, so its answer never depends on what else arrived). The server binds 127.0.0.1 unless told
-otherwise, and one failing request never takes the server down.
+alone, so its answer never depends on what else arrived). At most --max-waiting requests wait behind the
+batch being generated; one more is answered 503 with a Retry-After header (the seconds the last batch
+took). A request whose client hangs up is dropped from the queue, and a batch whose clients have all gone
+stops before its next token. The server binds 127.0.0.1 unless told otherwise, and one failing request
+never takes the server down.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import select
+import socket
 import sys
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from textmill.inference.requests import BadRequest, Limits, parse_api_request, parse_completion_request, refuse_constant
 from textmill.io.files import has_lone_surrogate
@@ -36,9 +43,24 @@ from textmill.io.numbers import whole_number
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
+CLIENT_CHECK_SECONDS = 0.2  # how often a request waiting for its answer looks whether its client is still there
 
 if TYPE_CHECKING:  # torch comes with generation, imported where a request or the model needs it
     from textmill.inference.generate import Generation, SamplingParams
+
+
+class Busy(Exception):
+    """The queue is full: answered with HTTP 503 and a Retry-After of `seconds`."""
+
+    def __init__(self, waiting: int, seconds: int):
+        super().__init__(f"the server is busy: {waiting} requests wait already (its --max-waiting); retry after "
+                         f"{seconds} s")
+        self.seconds = seconds
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready: nothing is sent."""
+
 
 class TextGenerator:
     """A loaded checkpoint and its tokenizer, generating for one request at a time."""
@@ -79,15 +101,18 @@ class TextGenerator:
             raise BadRequest(f"stop_token {params.stop_token} is not a token: the vocabulary has {self.tokenizer.vocab_size}")
         return ids
 
-    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation] | list[list[Generation]]:
-        """A generation per prompt; with beam search, the hypotheses of each prompt, best first."""
+    def __call__(self, prompts: list[list[int]], params: SamplingParams,
+                 stopped: Callable[[], bool] | None = None) -> list[Generation] | list[list[Generation]]:
+        """A generation per prompt; with beam search, the hypotheses of each prompt, best first. `stopped`
+        is asked before each token (generation ends with Cancelled when it says so)."""
         from textmill.inference.beam import beam_search
         from textmill.inference.generate import generate
 
         if params.beam_width:
             stop = self.tokenizer.eod if params.stop_token is None else params.stop_token
-            return [beam_search(self.model, p, params, self.tokenizer.vocab_size, stop, self.text, self.dtype) for p in prompts]
-        return generate(self.model, self.text, prompts, params, self.tokenizer.eod, self.dtype)
+            return [beam_search(self.model, p, params, self.tokenizer.vocab_size, stop, self.text, self.dtype, stopped)
+                    for p in prompts]
+        return generate(self.model, self.text, prompts, params, self.tokenizer.eod, self.dtype, stopped)
 
     def api_response(self, generations: list[Generation], logprobs: bool) -> dict:
         """Megatron's response: prompt + generation as text, each token on its own, log-probabilities."""
@@ -129,55 +154,90 @@ class TextGenerator:
                           "total_tokens": prompt_tokens + completion_tokens}}
 
 
+@dataclass(eq=False)
+class Waiting:
+    """A request in the queue: its prompts and settings, the answer its handler waits for, and whether its
+    client has gone."""
+    prompts: list[list[int]]
+    params: SamplingParams
+    answer: Future = field(default_factory=Future)
+    gone: threading.Event = field(default_factory=threading.Event)
+
+
 class Batcher:
-    """Generation on one worker thread. Requests queue up while it works; it then takes the oldest and every
-    waiting request with the same settings (up to max_prompts prompts) as one batch."""
+    """Generation on one worker thread. Requests queue up while it works (at most limits.max_waiting); it
+    then takes the oldest and every waiting request with the same settings (up to max_prompts prompts) as
+    one batch."""
 
     def __init__(self, generator: TextGenerator):
         self.generator = generator
-        self.pending: list[tuple[list[list[int]], SamplingParams, Future]] = []
+        self.pending: list[Waiting] = []
         self.ready = threading.Condition()
         self.batches = 0
+        self.stopped_batches = 0  # given up between tokens: every client of the batch had gone
+        self.batch_seconds = 1.0  # how long the last batch took: what a client refused for a full queue waits
         threading.Thread(target=self.work, daemon=True, name="generation").start()
 
-    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        future = Future()
+    def __call__(self, prompts: list[list[int]], params: SamplingParams,
+                 client_gone: Callable[[], bool]) -> list[Generation]:
+        """The request's generations, once its batch is done. Busy when the queue is full; ClientGone (the
+        request dropped, or its batch stopped once no one else waits for it) when `client_gone` says so."""
+        request = Waiting(prompts, params)
         with self.ready:
-            self.pending.append((prompts, params, future))
+            if len(self.pending) >= self.generator.limits.max_waiting:
+                raise Busy(len(self.pending), math.ceil(self.batch_seconds))
+            self.pending.append(request)
             self.ready.notify()
-        return future.result()
+        while True:
+            try:
+                return request.answer.result(timeout=CLIENT_CHECK_SECONDS)
+            except TimeoutError:
+                if client_gone():
+                    request.gone.set()
+                    with self.ready:
+                        if request in self.pending:
+                            self.pending.remove(request)
+                    raise ClientGone from None
 
-    def next_batch(self) -> list[tuple[list[list[int]], SamplingParams, Future]]:
+    def next_batch(self) -> list[Waiting]:
         with self.ready:
             while not self.pending:
                 self.ready.wait()
             first = self.pending.pop(0)
-            batch, rest, count = [first], [], len(first[0])
+            batch, rest, count = [first], [], len(first.prompts)
             # A seeded sampling request draws from its own generator; in a batch its draws would depend
             # on the other rows, so it goes alone.
-            shareable = first[1].greedy or first[1].seed is None
+            shareable = first.params.greedy or first.params.seed is None
             for item in self.pending:
-                if shareable and item[1] == first[1] and count + len(item[0]) <= self.generator.limits.max_prompts:
+                if shareable and item.params == first.params and count + len(item.prompts) <= self.generator.limits.max_prompts:
                     batch.append(item)
-                    count += len(item[0])
+                    count += len(item.prompts)
                 else:
                     rest.append(item)
             self.pending = rest
             return batch
 
     def work(self) -> None:
+        from textmill.inference.generate import Cancelled
+
         while True:
             batch = self.next_batch()
+            started = time.perf_counter()
             try:
-                out = self.generator([p for prompts, _, _ in batch for p in prompts], batch[0][1])
+                out = self.generator([p for item in batch for p in item.prompts], batch[0].params,
+                                     lambda: all(item.gone.is_set() for item in batch))
+            except Cancelled:
+                self.stopped_batches += 1
+                continue
             except Exception as exc:  # reported to each waiting request as a 500
-                for _, _, future in batch:
-                    future.set_exception(exc)
+                for item in batch:
+                    item.answer.set_exception(exc)
                 continue
             self.batches += 1
-            for prompts, _, future in batch:
-                future.set_result(out[: len(prompts)])
-                out = out[len(prompts) :]
+            self.batch_seconds = time.perf_counter() - started
+            for item in batch:
+                item.answer.set_result(out[: len(item.prompts)])
+                out = out[len(item.prompts) :]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -185,11 +245,13 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 60  # a client that stops sending mid-request cannot hold a thread forever
 
-    def send_json(self, status: int, body) -> None:
+    def send_json(self, status: int, body, headers: dict | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -214,22 +276,50 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest("the request holds a lone surrogate escape (\\ud800-\\udfff), which is not text")
         return data
 
+    def client_gone(self) -> bool:
+        """Whether the client has closed its connection (end of stream, or a reset): a socket with nothing
+        to read is still there, and one holding the client's next request too."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def generations(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return self.server.batcher(prompts, params, self.client_gone)
+
     def answer(self, work) -> None:
         stats = self.server.stats
         started = time.perf_counter()
+        headers = {}
         try:
             status, body = HTTPStatus.OK, work()
         except BadRequest as exc:
             status, body = HTTPStatus.BAD_REQUEST, {"message": str(exc)}
+        except Busy as exc:
+            status, body, headers = HTTPStatus.SERVICE_UNAVAILABLE, {"message": str(exc)}, {"Retry-After": str(exc.seconds)}
+        except ClientGone:
+            with self.server.stats_lock:
+                stats["requests"] += 1
+                stats["abandoned"] += 1
+            self.close_connection = True
+            return
         except Exception as exc:  # a bug or an out-of-memory: report it, keep serving
             status, body = HTTPStatus.INTERNAL_SERVER_ERROR, {"message": f"generation failed: {type(exc).__name__}: {exc}"}
             print(f"textmill serve: {self.command} {self.path} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         with self.server.stats_lock:
             stats["requests"] += 1
-            stats["errors"] += status != HTTPStatus.OK
+            stats["errors"] += status not in (HTTPStatus.OK, HTTPStatus.SERVICE_UNAVAILABLE)
+            stats["busy"] += status == HTTPStatus.SERVICE_UNAVAILABLE
         if status != HTTPStatus.OK:  # the body may be unread; do not reuse the connection
             self.close_connection = True
-        self.send_json(status, body)
+        try:
+            self.send_json(status, body, headers)
+        except ConnectionError:  # the client left while its answer was being made
+            with self.server.stats_lock:
+                stats["abandoned"] += 1
+            self.close_connection = True
+            return
         if self.server.verbose:
             print(f"{self.command} {self.path} {int(status)} {time.perf_counter() - started:.3f}s", file=sys.stderr)
 
@@ -240,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def work():
             prompts, add_bos, params = parse_api_request(self.read_json(), generator.limits)
-            generations = self.server.batcher(generator.tokenize(prompts, add_bos, params), params)
+            generations = self.generations(generator.tokenize(prompts, add_bos, params), params)
             if params.beam_width:
                 return generator.beam_response(generations[0])
             return generator.api_response(generations, params.logprobs)
@@ -258,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
             with self.server.stats_lock:
                 self.server.stats["completions"] += 1
                 number = self.server.stats["completions"]
-            return generator.completion_response(self.server.batcher(ids, params), echo, logprobs, number)
+            return generator.completion_response(self.generations(ids, params), echo, logprobs, number)
 
         self.answer(work)
 
@@ -267,7 +357,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.not_found()
         with self.server.stats_lock:
             stats = dict(self.server.stats)
-        stats["batches"] = self.server.batcher.batches
+        batcher = self.server.batcher
+        stats |= {"batches": batcher.batches, "stopped_batches": batcher.stopped_batches, "waiting": len(batcher.pending)}
         self.send_json(HTTPStatus.OK, {"status": "ok", **self.server.generator.info, **stats})
 
     def not_found(self):
@@ -283,13 +374,21 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # the listen backlog: socketserver's 5 resets connections when many clients arrive at once
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that leaves mid-request is no fault of the server's; anything else is one line, not
+        socketserver's traceback."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            print(f"textmill serve: a connection from {client_address[0]} failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+
 
 def make_server(generator: TextGenerator, host: str = "127.0.0.1", port: int = 5000, verbose: bool = False) -> Server:
     server = Server((host, port), Handler)
     server.generator = generator
     server.batcher = Batcher(generator)
     server.verbose = verbose
-    server.stats = {"requests": 0, "errors": 0, "completions": 0}
+    server.stats = {"requests": 0, "errors": 0, "completions": 0, "busy": 0, "abandoned": 0}
     server.stats_lock = threading.Lock()
     return server
 

@@ -155,18 +155,29 @@ def model_tensors(state: dict, file: Path) -> tuple[torch.Tensor | None, torch.T
             raise TextmillError(f"{file}: model.language_model has no transformer or encoder")
         embedding = lm.get("embedding", {})
         word, position = (embedding.get(key, {}).get("weight") for key in ("word_embeddings", "position_embeddings"))
-        return word, position, {n: t for n, t in body.items() if isinstance(t, torch.Tensor)}
+        return (tensor_or_none(word, "embedding.word_embeddings.weight", file),
+                tensor_or_none(position, "embedding.position_embeddings.weight", file),
+                {n: tensor_or_none(t, n, file) for n, t in body.items() if not n.endswith("._extra_state")})
     if any(k.startswith("decoder.") for k in model):  # Megatron-core's GPTModel: flat names
         body = {}
         for name, tensor in model.items():
             if name.startswith("decoder.") and not name.endswith("._extra_state"):
-                body[legacy_name(name.removeprefix("decoder."), file)] = tensor
-        return model.get("embedding.word_embeddings.weight"), model.get("embedding.position_embeddings.weight"), body
+                body[legacy_name(name.removeprefix("decoder."), file)] = tensor_or_none(tensor, name, file)
+        return (tensor_or_none(model.get("embedding.word_embeddings.weight"), "embedding.word_embeddings.weight", file),
+                tensor_or_none(model.get("embedding.position_embeddings.weight"), "embedding.position_embeddings.weight", file),
+                body)
     if any(k.startswith("model") and k[5:].isdigit() for k in state):
         raise TextmillError(f"{file}: an interleaved (virtual) pipeline checkpoint; convert it without virtual stages "
                             "first (Megatron-LM's tools/checkpoint)")
     raise TextmillError(f"{file}: neither Megatron-LM's legacy GPT (model.language_model) nor Megatron-core's GPTModel "
                         "(decoder.layers...) is in it")
+
+
+def tensor_or_none(value, name: str, file: Path) -> torch.Tensor | None:
+    """A model entry of a Megatron file: a tensor, or absent (None); anything else is one error line."""
+    if value is not None and not isinstance(value, torch.Tensor):
+        raise TextmillError(f"{file}: its {name} is a {type(value).__name__}, not a tensor")
+    return value
 
 
 GPT2 = FAMILIES["gpt2"]
@@ -231,6 +242,10 @@ def megatron_args(args, file: Path) -> dict:
     def get(name: str, default=None):  # older versions lack the newer flags
         return getattr(args, name, default)
 
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
+        if not hasattr(args, name):
+            raise TextmillError(f"{file}: its args have no {name} (the model's shape); give a checkpoint with its args")
+
     unlike = [what for what, differs in (
         (f"position embeddings {get('position_embedding_type')!r}", get("position_embedding_type", "learned_absolute") != "learned_absolute"),
         (f"normalization {get('normalization')!r}", get("normalization", "LayerNorm") != "LayerNorm"),
@@ -264,7 +279,10 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
         states = {key: read_megatron_file(file) for key, file in sorted(shards.items())}
     tp, pp = max(t for t, _ in shards) + 1, max(p for _, p in shards) + 1
     first = states[0, 0]
-    version = float(first.get("checkpoint_version", 0))
+    version = first.get("checkpoint_version", 0)
+    if not isinstance(version, (int, float)) or isinstance(version, bool):
+        raise TextmillError(f"{shards[0, 0]}: its checkpoint_version {version!r} is not a number")
+    version = float(version)
     args = first.get("args")
     tensors = {key: model_tensors(state, shards[key]) for key, state in states.items()}
     word_parts, positions = [tensors[t, 0][0] for t in range(tp)], tensors[0, 0][1]
@@ -278,6 +296,12 @@ def read_megatron(path: Path, heads: int | None = None) -> tuple[GPTConfig, dict
     for stage in range(pp):
         bodies = [tensors[t, stage][2] for t in range(tp)]
         names = list(bodies[0])
+        for t in range(1, tp):  # every rank of a stage holds its part of the same tensors
+            for lacking, file in ((bodies[0].keys() - bodies[t].keys(), shards[t, stage]),
+                                  (bodies[t].keys() - bodies[0].keys(), shards[0, stage])):
+                if lacking:
+                    raise TextmillError(f"{file}: lacks {min(lacking)}, which another tensor-parallel shard of its "
+                                        "stage holds")
         layers = {int(m.group(1)) for n in names if (m := re.match(r"^layers\.(\d+)\.", n))}
         for name in names:
             parts = [body[name] for body in bodies]

@@ -19,6 +19,7 @@ read; `.metadata` is unpickled through textmill's allowlist (trainer/checkpoint.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -51,9 +52,10 @@ def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
         raise TextmillError(f"{folder}: a distributed checkpoint, but not one in Megatron-LM's torch_dist format "
                             f"(its metadata.json names sharded_backend {backend!r})")
     metadata = read_dcp_metadata(folder, foreign=True)
-    wanted = {name: torch.empty(entry.size, dtype=entry.properties.dtype)
-              for name, entry in metadata.state_dict_metadata.items()
-              if name.startswith(MODEL_PREFIXES) and isinstance(entry, TensorStorageMetadata)}
+    entries = {name: entry for name, entry in metadata.state_dict_metadata.items()
+               if name.startswith(MODEL_PREFIXES) and isinstance(entry, TensorStorageMetadata)}
+    check_sizes(folder, metadata, entries)
+    wanted = {name: torch.empty(entry.size, dtype=entry.properties.dtype) for name, entry in entries.items()}
     if not any(name.startswith("decoder.") for name in wanted):
         raise TextmillError(f"{folder}: no decoder.* tensors in it: not a Megatron-core GPT checkpoint")
     load_dcp(folder, wanted, foreign=True)
@@ -66,3 +68,23 @@ def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
         else:
             model[name] = tensor
     return model
+
+
+def check_sizes(folder: Path, metadata, entries: dict) -> None:
+    """What `.metadata` declares of the model's tensors, checked against the files before anything is allocated:
+    no negative size, no more bytes than the .distcp files hold, and every chunk inside its file (a file cut
+    short is named)."""
+    files = {p.name: p.stat().st_size for p in folder.glob("*.distcp")}
+    for name, entry in entries.items():
+        if any(d < 0 for d in entry.size):
+            raise TextmillError(f"{folder / '.metadata'}: declares a negative size for {name} ({list(entry.size)})")
+    declared = sum(math.prod(entry.size) * entry.properties.dtype.itemsize for entry in entries.values())
+    if declared > sum(files.values()):
+        raise TextmillError(f"{folder / '.metadata'}: declares {declared:,} bytes of model tensors, more than its "
+                            f".distcp files hold ({sum(files.values()):,} bytes)")
+    for index, where in metadata.storage_data.items():
+        if index.fqn in entries and where.offset + where.length > files.get(str(where.relative_path), -1):
+            have = files.get(str(where.relative_path))
+            raise TextmillError(f"{folder / where.relative_path}: {'missing' if have is None else 'cut short'} "
+                                f"(.metadata places {index.fqn} at bytes {where.offset:,}-{where.offset + where.length:,}"
+                                f"{'' if have is None else f'; the file has {have:,}'})")

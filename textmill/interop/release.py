@@ -15,13 +15,24 @@ from textmill.trainer.model import GPT
 
 
 def checked_model(model_config: GPTConfig, state: dict, source: Path) -> GPT:
-    """The model holding `state`: every name and shape checked against the config, one error line if not."""
+    """The model holding `state`: every name and shape checked against the config before anything is allocated
+    (a config read from a file may declare a shape far larger than the tensors it came with), one error line
+    if they differ."""
+    layers = {name.split(".")[1] for name in state if name.startswith("blocks.")}
+    if len(layers) != model_config.num_layers:  # checked first: a model of 10^9 layers cannot even be described
+        raise TextmillError(f"{source}: declares {model_config.num_layers} layers, its tensors hold {len(layers)}")
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in GPT(model_config).state_dict().items()}
+    given = {name: tuple(t.shape) for name, t in state.items()}
+    differences = ([f"{name} missing" for name in sorted(expected.keys() - given.keys())]
+                   + [f"{name} not in the model" for name in sorted(given.keys() - expected.keys())]
+                   + [f"{name} is {list(given[name])}, the model's {list(expected[name])}"
+                      for name in sorted(expected.keys() & given.keys()) if given[name] != expected[name]])
+    if differences:
+        more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+        raise TextmillError(f"{source}: its weights do not fit the model it describes ({'; '.join(differences[:3])}{more})")
     model = GPT.for_loading(model_config)
-    try:
-        model.load_state_dict(state)
-    except (KeyError, RuntimeError) as exc:
-        raise TextmillError(f"{source}: its weights do not fit the model it describes ({type(exc).__name__}: "
-                            f"{str(exc)[:300]})") from None
+    model.load_state_dict(state)
     return model
 
 

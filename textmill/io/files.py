@@ -126,12 +126,17 @@ def local_fingerprint(path: Path) -> dict:
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in FINGERPRINTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        FINGERPRINTS[key] = {"path": str(path), "bytes": st.st_size, "sha256": digest.hexdigest()}
+        FINGERPRINTS[key] = {"path": str(path), "bytes": st.st_size, "sha256": sha256_of(path)}
     return FINGERPRINTS[key]
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file as it is on disk now (hex), read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 LOOSE_JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")

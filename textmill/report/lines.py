@@ -186,7 +186,9 @@ def serve_banner(info: dict, host: str, port: int) -> str:
 
 
 def served_line(stats: dict, seconds: float) -> str:
-    return (f"serve: stopped after {stats['requests']} request(s), {stats['errors']} answered with an error "
+    turned = "".join(f", {stats[key]} {what}" for key, what in (("busy", "refused as busy (503)"),
+                                                                ("abandoned", "abandoned by their client")) if stats[key])
+    return (f"serve: stopped after {stats['requests']} request(s), {stats['errors']} answered with an error{turned} "
             f"{seconds_tag(seconds)}")
 
 

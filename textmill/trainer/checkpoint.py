@@ -13,7 +13,10 @@ state), never by layout, so a checkpoint loads into any other parallel layout: t
 reads each rank's part of each tensor from whichever files hold it.
 
 A checkpoint directory is written under a temporary name and renamed into place, and the tracker file is
-rewritten after that, so a killed save never leaves a directory that `--load` would pick up.
+rewritten after that, so a killed save never leaves a directory that `--load` would pick up. `textmill.json`
+records the size and sha256 of every other file in the folder; a checkpoint whose files differ from that
+record is refused when loaded (one line naming the file), so a damaged model is never trained on and saved
+over a good one.
 
 Loading never runs code from the checkpoint folder. The single file is read with
 `torch.load(weights_only=True)`. In the distributed format torch.distributed.checkpoint would read
@@ -39,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, empty_folder_beside, replace_folder
+from textmill.io.files import atomic_path, empty_folder_beside, replace_folder, sha256_of
 from textmill.io.numbers import whole_number
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -213,11 +216,51 @@ def publish_checkpoint(root: Path, iteration: int | str, meta: dict, tmp: Path, 
     """Once every rank has written its part: the metadata, the folder under its name, the tracker."""
     barrier()
     if is_writer():
+        meta = {**meta, "files": written_files(tmp)}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         replace_folder(tmp, final)
         with atomic_path(root / TRACKER) as t:
             t.write_text(f"{iteration}\n")
     barrier()
+
+
+def written_files(folder: Path) -> dict[str, dict]:
+    """Size and sha256 of each file of a checkpoint folder, by its path inside the folder (the metadata file
+    that records them aside)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != META_FILE)
+    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+            for p in files}
+
+
+def verify_files(folder: Path, recorded) -> None:
+    """Refuse a checkpoint folder whose files are not those `recorded` when it was written (written_files):
+    every size is compared, and each process of a torchrun world hashes its share of the files, so a
+    checkpoint is read once more in all, not once per rank. A checkpoint written before textmill recorded
+    its files (`recorded` None) is taken as it is."""
+    from textmill.trainer.parallel.dims import world_from_env
+
+    if recorded is None:
+        return
+    record = folder / META_FILE
+    if not isinstance(recorded, dict) or not all(
+            isinstance(name, str) and isinstance(entry, dict) and ".." not in Path(name).parts
+            and not Path(name).is_absolute() and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+            for name, entry in recorded.items()):
+        raise TextmillError(f"{record}: its 'files' record is not a list of sizes and sha256 sums")
+    advice = "; load an earlier checkpoint (point latest_checkpointed_iteration.txt at it) or another copy"
+    names = sorted(recorded)
+    for name in names:
+        file, entry = folder / name, recorded[name]
+        if not file.is_file():
+            raise TextmillError(f"{file}: missing from the checkpoint ({record} lists it){advice}")
+        size = file.stat().st_size
+        if size != entry["bytes"]:
+            raise TextmillError(f"{file}: damaged, {size} bytes where {entry['bytes']} were written{advice}")
+    world, rank, _ = world_from_env()
+    for name in names[rank::world]:
+        if sha256_of(folder / name) != recorded[name]["sha256"]:
+            raise TextmillError(f"{folder / name}: damaged, its sha256 differs from the one recorded when it "
+                                f"was written{advice}")
 
 
 def read_tracker(root: Path) -> int | str | None:
@@ -295,15 +338,16 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
     path = checkpoint_dir(root, iteration)
     if (path / ".metadata").exists():
         read_dcp_metadata(path)  # refused here, with its own message, before anything else reads the folder
-        try:
-            meta = json.loads((path / META_FILE).read_text())
-        except (OSError, ValueError) as exc:
-            raise TextmillError(f"{path / META_FILE}: not readable ({exc})") from None
+        meta = read_meta(path)
+        if meta is None:
+            raise TextmillError(f"{path / META_FILE}: not found (every textmill checkpoint has one)")
+        verify_files(path, meta.get("files"))
         ckpt = Checkpoint(path, meta, "torch_dist")
     else:
         file = path / STATE_FILE
         if not file.exists():
             raise TextmillError(f"{root / TRACKER} names {iteration}, but {path} holds no checkpoint (partial or moved)")
+        verify_files(path, (read_meta(path) or {}).get("files"))
         try:
             state = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for truncated or foreign files
@@ -314,6 +358,20 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
         if key not in ckpt.meta:
             raise TextmillError(f"{path}: not a textmill checkpoint (no {key!r})")
     return ckpt
+
+
+def read_meta(path: Path) -> dict | None:
+    """A checkpoint folder's textmill.json (None where there is none)."""
+    file = path / META_FILE
+    if not file.exists():
+        return None
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise TextmillError(f"{file}: not readable ({exc})") from None
+    if not isinstance(meta, dict):
+        raise TextmillError(f"{file}: not a checkpoint's metadata (a JSON {type(meta).__name__})")
+    return meta
 
 
 def load_model(root: Path, device: str | torch.device = "cpu"):

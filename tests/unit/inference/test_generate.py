@@ -147,3 +147,30 @@ def test_narrow_beams_score_what_they_return_and_width_one_is_greedy(tiny_model,
         [best] = beam_search(gpt2.model, ids, SamplingParams(tokens_to_generate=30, beam_width=1), vocab, eod)
         assert best.tokens == greedy.tokens
         assert abs(best.score - sequence_logprob(gpt2.model, ids, best.generated) / len(best.generated)) < 1e-4
+
+
+def test_generation_asks_before_each_token_and_stops_when_told(gpt2, tiny_model):
+    """The server's cancellation: `stopped` is asked once before each token; generation and beam search end
+    with Cancelled at the first True, having made no more tokens than the questions answered False."""
+    from textmill.inference.beam import beam_search
+    from textmill.inference.generate import Cancelled, generate
+
+    for after in (0, 3):
+        asked = []
+
+        def stopped():
+            asked.append(True)
+            return len(asked) > after
+
+        ids = [gpt2.tokenizer.encode(p) for p in PROMPTS]
+        with pytest.raises(Cancelled):
+            generate(gpt2.model, gpt2.text, ids, SamplingParams(tokens_to_generate=50, top_k=1), gpt2.tokenizer.eod,
+                     stopped=stopped)
+        assert len(asked) == after + 1
+        asked.clear()
+        with pytest.raises(Cancelled):
+            beam_search(tiny_model, [1, 3], SamplingParams(tokens_to_generate=8, beam_width=2), 5, 0, stopped=stopped)
+        assert len(asked) == after + 1
+    [g] = generate(gpt2.model, gpt2.text, [ids[0]], SamplingParams(tokens_to_generate=12, top_k=1), gpt2.tokenizer.eod,
+                   stopped=lambda: False)
+    assert g.tokens == gpt2([PROMPTS[0]], tokens_to_generate=12, top_k=1)[0].tokens
