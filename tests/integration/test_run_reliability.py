@@ -173,3 +173,24 @@ def test_a_deterministic_failure_is_tried_once_and_every_report_says_its_cause(t
     status = run_cli("status", str(config))
     assert re.search(rf"^failed +TrainGPT\(\) +{re.escape(cause)} \(", status.stdout, re.M), status.stdout
     assert cause in (tmp_path / "work" / "report.html").read_text()
+
+
+def test_a_task_luigid_disabled_for_failing_twice_is_tried_again_by_the_next_run(tmp_path, site):
+    """A task that fails twice in a run (as when two runs are killed while it works) is disabled by luigid for
+    a day, and a worker cannot undo that by scheduling it again (Luigi's rule): every later run on the same
+    luigid ended "not finished" at once. The next run asks luigid for its disabled tasks and re-enables those of
+    its graph: the rerun finishes once the cause is gone."""
+    from textmill.workflows import ScrapeShard
+
+    config = make_run(tmp_path, site)
+    blocked = ScrapeShard(str(config), 1).output().shard  # a folder where the shard's file goes: not a bad input,
+    blocked.mkdir(parents=True)                          # so the run tries it twice
+    (blocked / "in-the-way").write_text("x")
+    with central_scheduler(tmp_path) as url:
+        first = run_cli("run", str(config), "--scheduler-url", url)
+        assert first.returncode == 1 and "IsADirectoryError" in first.stdout + first.stderr, first.stderr[-3000:]
+        for name in (blocked / "in-the-way", blocked):
+            name.unlink() if name.is_file() else name.rmdir()
+        again = run_cli("run", str(config), "--scheduler-url", url)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "textmill run: done:" in again.stdout

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -49,16 +50,44 @@ class FailFastWorker(luigi.worker.Worker):
             yield from super()._add(task, is_complete)
 
     def run(self):
+        """Once the graph is scheduled: its tasks that a central scheduler holds disabled are enabled again (a
+        rerun tries what is unfinished, as with the scheduler in this process; enable_again), then run."""
         self.scheduling = False
+        self.enable_again(())
         return super().run()
 
     keep_alive_while = None  # an assistant's: whether the worker that scheduled the graph is still there
 
     def _keep_alive(self, get_work_response) -> bool:
-        """An assistant (workers.py) stays while the worker it assists does; Luigi's stay for ever."""
+        """An assistant (workers.py) stays while the worker it assists does; Luigi's stay for ever. A worker
+        with nothing left to wait for stays too if tasks of its graph were disabled by failures it did not see
+        (enable_again)."""
         if self._assistant and self.keep_alive_while is not None:
             return self.keep_alive_while()
-        return super()._keep_alive(get_work_response)
+        return super()._keep_alive(get_work_response) or self.enable_again(self.tried_here)
+
+    tried_here: set[str] = frozenset()
+    enabled: set[str] = frozenset()  # the tasks this worker has enabled again
+
+    def _run_task(self, task_id):
+        self.tried_here = self.tried_here | {task_id}
+        return super()._run_task(task_id)
+
+    def enable_again(self, excluded) -> bool:
+        """On a central scheduler: the tasks of this worker's graph that luigid holds disabled for failing too
+        often, but not those in `excluded`, enabled again (each once in this worker's life); whether there
+        were any. luigid counts a lost worker's task as failed and remembers failures across runs, so two runs
+        killed while a task worked disable it for a day, and Luigi lets no worker undo that by scheduling the
+        task again: every later run ended "not finished" at once, or on being left with nothing to wait for.
+        A task that failed twice in this run's own hands stays disabled: the run fails, and the next retries."""
+        if self._assistant or not isinstance(self._scheduler, luigi.rpc.RemoteScheduler):
+            return False
+        disabled = set(self._scheduler.task_list(luigi.scheduler.DISABLED, "") or ())
+        again = [task_id for task_id in disabled & set(self._scheduled_tasks) - set(excluded) - set(self.enabled)]
+        for task_id in again:
+            self._scheduler.re_enable_task(task_id)
+        self.enabled = self.enabled | set(again)
+        return bool(again)
 
     def add(self, *args, **kwargs):
         """Scheduling asks every task of the graph whether it is done: in a store, each folder is listed once
@@ -100,16 +129,23 @@ def configure_luigi() -> None:
     """Settings for unattended runs, unless the user's luigi.cfg says otherwise: a task is checked again
     before it runs (another worker may have done it); a worker stays while tasks it waits for run
     elsewhere (several workers on one central scheduler all finish together) and retries a failed task
-    (RunTask.retry_count tries) unless its failure is deterministic (FailFastWorker); a failed run exits
-    non-zero."""
+    (RunTask.retry_count tries) unless its failure is deterministic (FailFastWorker); a central scheduler
+    that is away is asked again for a minute; a failed run exits non-zero."""
     config = luigi.configuration.get_config()
     defaults = {("worker", "check_complete_on_run"): "true", ("worker", "keep_alive"): "true",
                 ("core", "autoload_range"): "false", ("retcode", "task_failed"): "1",
                 ("retcode", "scheduling_error"): "2", ("retcode", "unhandled_exception"): "3",
-                ("retcode", "missing_data"): "4", ("scheduler", "retry_delay"): "1"}
+                ("retcode", "missing_data"): "4", ("scheduler", "retry_delay"): "1",
+                # A central scheduler that is away (restarting, a network blip): asked again every 5 s for a
+                # minute, where Luigi asks 3 times 30 s apart and a worker waits half a minute after it is back.
+                ("core", "rpc_retry_attempts"): "12", ("core", "rpc_retry_wait"): "5"}
     for (section, option), value in defaults.items():
         if not config.has_option(section, option):
             config.set(section, option, value)
+    # Luigi reads the rpc-retry options itself, but its [core] config class does not declare them, so every
+    # task would warn that they are "not consumed".
+    warnings.filterwarnings("ignore", message="The configuration contains the parameter 'rpc_retry_",
+                            category=luigi.parameter.UnconsumedParameterWarning)
     interface = logging.getLogger("luigi-interface")
     if not any(isinstance(f, OneLineForKnownErrors) for f in interface.filters):
         interface.addFilter(OneLineForKnownErrors())
@@ -135,6 +171,8 @@ class OneLineForKnownErrors(logging.Filter):
     that is full or read-only, the message is the whole story, so the log gets that one line instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is None:  # Luigi's retry warning outside an exception
+            record.exc_info = None  # would print "NoneType: None" under it
         if record.exc_info and (isinstance(record.exc_info[1], TextmillError) or is_disk_error(record.exc_info[1])):
             record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]}", ()
             record.exc_info = record.exc_text = None
