@@ -32,6 +32,9 @@ from textmill.workflows.run_records import record_run, run_graph, run_record, ru
 from textmill.workflows.workers import HELD_LOCKS, build
 
 
+STALL_SECONDS = 30  # a worker on a central scheduler that got no work while nothing ran anywhere: stalled
+
+
 class FailFastWorker(luigi.worker.Worker):
     """A Luigi worker that schedules each task once, and, when a task fails deterministically (bad input or
     settings: its failure record says so), marks it disabled right after reporting the failure, so the
@@ -61,10 +64,37 @@ class FailFastWorker(luigi.worker.Worker):
     def _keep_alive(self, get_work_response) -> bool:
         """An assistant (workers.py) stays while the worker it assists does; Luigi's stay for ever. A worker
         with nothing left to wait for stays too if tasks of its graph were disabled by failures it did not see
-        (enable_again)."""
+        (enable_again); one that waits stays only while the wait can end (not_stalled)."""
         if self._assistant and self.keep_alive_while is not None:
             return self.keep_alive_while()
-        return super()._keep_alive(get_work_response) or self.enable_again(self.tried_here)
+        if not super()._keep_alive(get_work_response):
+            return self.enable_again(self.tried_here)
+        return self.not_stalled(get_work_response)
+
+    targets: tuple = ()  # what the run asked for (add)
+    stalled_since: float | None = None
+    rescheduled = 0
+
+    def not_stalled(self, get_work_response) -> bool:
+        """On a central scheduler: whether waiting can still end. luigid drops a lost worker from the tasks it
+        was running, and a task this worker had scheduled while that worker ran it was left pending with no
+        worker to hand it to: the run waited for ever (seen in the kill loop, benchmarks/kill_loop_s3.py). Once
+        nothing has run anywhere for STALL_SECONDS, the targets are scheduled again, which names this worker
+        for every unfinished task; at most twice, then the run ends "not finished"."""
+        if not isinstance(self._scheduler, luigi.rpc.RemoteScheduler) or get_work_response.running_tasks:
+            self.stalled_since = None
+            return True
+        now = time.monotonic()
+        self.stalled_since = self.stalled_since or now
+        if now - self.stalled_since < STALL_SECONDS:
+            return True
+        if self.rescheduled == 2:
+            return False
+        self.rescheduled += 1
+        self.stalled_since = None
+        for target in self.targets:
+            self.add(target)
+        return True
 
     tried_here: set[str] = frozenset()
     enabled: set[str] = frozenset()  # the tasks this worker has enabled again
@@ -92,7 +122,10 @@ class FailFastWorker(luigi.worker.Worker):
     def add(self, *args, **kwargs):
         """Scheduling asks every task of the graph whether it is done: in a store, each folder is listed once
         for the walk, not asked about a task at a time (store.listed_folders)."""
-        with listed_folders(*work_folders([args[0] if args else kwargs["task"]])):
+        task = args[0] if args else kwargs["task"]
+        if task not in self.targets:
+            self.targets = (*self.targets, task)
+        with listed_folders(*work_folders([task])):
             return super().add(*args, **kwargs)
 
     def _add_task(self, *args, **kwargs):
