@@ -1,5 +1,5 @@
-"""The one exception type a user sees as a single error line (see cli.main), and the disk errors that are
-reported the same way."""
+"""The one exception type a user sees as a single error line (see cli.main), and the disk errors and
+network failures that are reported the same way."""
 
 import errno
 
@@ -20,3 +20,21 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPER
 
 def is_disk_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_ERRORS
+
+
+# What clients of a store (botocore, aiohttp under s3fs/gcsfs) raise when the server does not answer; some
+# are not OSErrors, so they are known by name, anywhere in the chain of causes.
+UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ClientConnectorError",
+               "ServerDisconnectedError"}
+
+
+def network_failure(exc: BaseException) -> BaseException | None:
+    """The exception in `exc`'s chain of causes that says a server (an object store, a central scheduler) could
+    not be reached or hung up; None if there is none."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in UNREACHABLE or isinstance(exc, (ConnectionError, TimeoutError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

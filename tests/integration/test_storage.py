@@ -9,6 +9,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -238,6 +239,23 @@ def test_a_run_killed_mid_upload_leaves_nothing_a_rerun_takes_for_finished(s3, t
     assert r.returncode == 0, r.stderr[-3000:]
     merged = MergeDataset(str(config))
     assert b"".join(s3.cat(store.url_of(p)[5:]) for p in merged.output().token_files()) == dataset_bytes(local)
+
+
+def test_a_store_that_does_not_answer_is_one_error_line(s3, tmp_path, site):
+    """The store down (nothing listens at its address) while a run or a status walks the graph: one line and exit
+    status 1, a failure a rerun cures; the kill loop (benchmarks/kill_loop_s3.py) saw a traceback."""
+    make_run(tmp_path, site)
+    upload_inputs(s3, tmp_path, "down")
+    config = s3_config(tmp_path, "down")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{free.getsockname()[1]}"
+    env = {**os.environ, "AWS_ENDPOINT_URL": closed, "AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "standard"}
+    for command in ("run", "status"):
+        r = run_cli(command, str(config), env=env)
+        assert r.returncode == 1, (command, r.stderr[-3000:])
+        [line] = r.stderr.strip().splitlines()
+        assert line.startswith("textmill: error: a server did not answer (") and closed in line, line
 
 
 def test_a_part_of_an_object_is_read_without_downloading_it(s3, tmp_path):

@@ -30,7 +30,7 @@ import argparse
 import sys
 from typing import Callable
 
-from textmill.errors import RunFailed, TextmillError, is_disk_error
+from textmill.errors import RunFailed, TextmillError, is_disk_error, network_failure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(lambda: args.func(args))
 
 
+def network_error(exc: Exception) -> int:
+    """A server that did not answer (an object store, luigid) is one line and exit status 1, a failure a rerun
+    may cure; any other exception is a fault of textmill's and goes on with its traceback."""
+    failure = network_failure(exc)
+    if failure is None:
+        raise exc
+    print(f"textmill: error: a server did not answer ({type(failure).__name__}: {str(failure)[:300]}); finished "
+          "work is kept: run again once it answers", file=sys.stderr)
+    return 1
+
+
 def guarded(command: Callable[[], str | None]) -> int:
     """Run a command and print its summary; its exit status. A user's error is one `textmill: error:` line
     (exit 2; a failed run, 1), never a traceback."""
@@ -71,10 +82,12 @@ def guarded(command: Callable[[], str | None]) -> int:
         return 1 if isinstance(exc, RunFailed) else 2
     except OSError as exc:
         if not is_disk_error(exc):
-            raise
+            return network_error(exc)
         print(f"textmill: error: {exc.filename or 'a file'}: {exc.strerror}; free space or fix the permissions, then "
               "run again (finished work is kept)", file=sys.stderr)
         return 2
+    except Exception as exc:
+        return network_error(exc)
     except KeyboardInterrupt:
         print("textmill: interrupted; finished shards are kept, unfinished ones will be redone", file=sys.stderr)
         return 130
