@@ -93,6 +93,21 @@ def test_bad_records_are_counted_with_line_numbers_and_never_dropped(tmp_path):
     assert [tok.decode(ds[i].tolist()) for i in range(len(ds))] == [f"document number {i}.<|endoftext|>" for i in range(6)]
 
 
+def test_endoftext_inside_a_document_is_text_by_default_and_the_special_id_when_asked(tmp_path):
+    """--endoftext text (the default) encodes it as Megatron-LM's legacy GPT-2 tokenizer does; special as
+    Megatron-LM today does (tests/unit/tokenizers/test_gpt2.py checks both against their references)."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text(json.dumps({"text": "a<|endoftext|>b"}) + "\n")
+    found = {}
+    for mode in ("text", "special"):
+        r = run_cli("tokenize", "--input", str(path), "--output-prefix", str(tmp_path / mode), *GPT2_FILES,
+                    "--append-eod", "--endoftext", mode)
+        assert r.returncode == 0, r.stderr
+        found[mode] = IndexedDataset(tmp_path / f"{mode}_text_document")[0].tolist()
+    assert found["special"] == [64, 50256, 65, 50256]
+    assert found["text"] == GPT2Tokenizer(VOCAB, MERGES).encode("a<|endoftext|>b") + [50256] and len(found["text"]) > 4
+
+
 def test_shuffle_stage_parquet_in_any_worker_count_gives_the_same_bytes(tmp_path):
     rows = [r for r in corpus_rows(60) if r["text"]]
     docs = write_jsonl(tmp_path / "docs.jsonl", rows)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = None, tokenizer_model: Path | None = None):
-    """The tokenizer of a Hugging Face folder, else of GPT-2's two files, else None."""
+def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = None, tokenizer_model: Path | None = None,
+                   endoftext: str = "text"):
+    """The tokenizer of a Hugging Face folder, else of GPT-2's two files (`endoftext`: GPT2Tokenizer's), else None."""
     if tokenizer_model is not None:
         from textmill.tokenizers.hf import HFTokenizer
 
@@ -16,7 +17,7 @@ def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = Non
     if vocab_file is not None:
         from textmill.tokenizers.gpt2 import GPT2Tokenizer
 
-        return GPT2Tokenizer(vocab_file, merge_file)
+        return GPT2Tokenizer(vocab_file, merge_file, endoftext)
     return None
 
 

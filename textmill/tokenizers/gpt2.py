@@ -107,7 +107,10 @@ class ReferenceBPE:
 class GPT2Tokenizer:
     """GPT-2 BPE on tiktoken, built from vocab.json + merges.txt (no download, works offline)."""
 
-    def __init__(self, vocab_file: str | Path, merge_file: str | Path):
+    def __init__(self, vocab_file: str | Path, merge_file: str | Path, endoftext: str = "text"):
+        """`endoftext`: how the text '<|endoftext|>' inside a document is encoded: "text" (ordinary text, as
+        Megatron-LM's own GPT-2 encoder did, up to its legacy tokenizer) or "special" (the end-of-document id,
+        as Megatron-LM today, whose GPT2BPETokenizer goes through transformers)."""
         import tiktoken
 
         vocab, merges = load_vocab_merges(vocab_file, merge_file)
@@ -130,6 +133,8 @@ class GPT2Tokenizer:
                 "followed by one id per merge, in merge order (as GPT-2's files are)"
             )
         self.files = (Path(vocab_file), Path(merge_file))
+        self.endoftext = endoftext
+        self._allowed_special = {EOD_TOKEN} if endoftext == "special" else set()
         self.vocab_size = len(vocab)
         self.eod = vocab[EOD_TOKEN]
         self._encoding = tiktoken.Encoding(
@@ -140,7 +145,7 @@ class GPT2Tokenizer:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Ids of `text`; '<|endoftext|>' inside text is ordinary text, as in Megatron's tokenizer."""
+        """Ids of `text`; '<|endoftext|>' inside text is ordinary text or the end-of-document id (`endoftext`)."""
         # Through encode_array: where tiktoken's regex gives up, encode_ordinary panics (and prints a Rust
         # backtrace), encode_to_numpy raises a ValueError.
         return self.encode_array(text).tolist()
@@ -150,6 +155,12 @@ class GPT2Tokenizer:
         piece merged by tiktoken without its own regex. tiktoken's regex engine runs out of backtracking
         stack on a run of whitespace near a million characters long (a junk page can hold one); this path
         takes any text, more slowly, so it serves only the texts tiktoken's regex cannot."""
+        if self._allowed_special:
+            parts = text.split(EOD_TOKEN)
+            return [i for k, part in enumerate(parts) for i in ([self.eod] if k else []) + self._pieces(part)]
+        return self._pieces(text)
+
+    def _pieces(self, text: str) -> list[int]:
         ids: list[int] = []
         for piece in _PIECES.findall(text):
             ids += self._encoding._encode_single_piece(piece)
@@ -160,10 +171,9 @@ class GPT2Tokenizer:
         return self.encode(text)
 
     def encode_array(self, text: str) -> np.ndarray:
-        """The same ids as a uint32 array, straight from the engine's buffer (no Python ints made).
-        With no special token allowed, '<|endoftext|>' is encoded as ordinary text, as in `encode`."""
+        """The same ids as a uint32 array, straight from the engine's buffer (no Python ints made)."""
         try:
-            return self._encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+            return self._encoding.encode_to_numpy(text, allowed_special=self._allowed_special, disallowed_special=())
         except BaseException as exc:
             if not _regex_failure(exc):
                 raise

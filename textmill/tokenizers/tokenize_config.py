@@ -31,6 +31,11 @@ class TokenizeConfig(Settings):
     tokenizer_type: Literal["GPT2BPETokenizer", "HuggingFaceTokenizer"] = setting(
         "GPT2BPETokenizer", "Megatron's name of the tokenizer: GPT2BPETokenizer (vocab_file and merge_file, or a BPE "
         "trained on the documents) or HuggingFaceTokenizer (a model's own, from the local folder tokenizer_model)")
+    endoftext: Literal["text", "special"] = setting(
+        "text", "with GPT2BPETokenizer, the text <|endoftext|> inside a document: text (encoded as ordinary text, "
+        "as Megatron-LM's legacy GPT-2 tokenizer does, e.g. at commit 992da75) or special (the end-of-document id, "
+        "as Megatron-LM today does through transformers, e.g. at commit d98e8a64dd; HuggingFaceTokenizer always "
+        "does so)", added=True)
     tokenizer_model: Path | None = setting(None, "with tokenizer_type HuggingFaceTokenizer: a local Hugging Face "
                                            "tokenizer folder (tokenizer.json; its tokenizer_config.json names the "
                                            "eos_token that ends documents), e.g. the one beside an imported model")
@@ -45,7 +50,7 @@ class TokenizeConfig(Settings):
         """The tokenizer these settings name (GPT-2 files, or a Hugging Face folder), or None: train one."""
         from textmill.tokenizers.files import open_tokenizer
 
-        return open_tokenizer(self.vocab_file, self.merge_file, self.tokenizer_model)
+        return open_tokenizer(self.vocab_file, self.merge_file, self.tokenizer_model, self.endoftext)
 
     def given_files(self) -> tuple[Path, ...]:
         """The files of the tokenizer these settings name, without loading it (empty: none named)."""

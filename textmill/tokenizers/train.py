@@ -28,9 +28,11 @@ def vocab_files(output_prefix: str | Path) -> tuple[Path, Path]:
     return Path(f"{output_prefix}-vocab.json"), Path(f"{output_prefix}-merges.txt")
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, output_prefix: str | Path, min_frequency: int = 2) -> GPT2Tokenizer:
-    """Learn up to `vocab_size - 257` merges from `texts` and save the GPT-2 files; returns the tokenizer.
-    A corpus too small to reach `vocab_size` gives a smaller vocabulary (the returned `vocab_size`)."""
+def train_bpe(texts: Iterable[str], vocab_size: int, output_prefix: str | Path, min_frequency: int = 2,
+              endoftext: str = "text") -> GPT2Tokenizer:
+    """Learn up to `vocab_size - 257` merges from `texts` and save the GPT-2 files; returns the tokenizer
+    (`endoftext`: GPT2Tokenizer's). A corpus too small to reach `vocab_size` gives a smaller vocabulary (the
+    returned `vocab_size`)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     if vocab_size < 257:
@@ -61,7 +63,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_prefix: str | Path, 
     with atomic_path(merges_path) as tmp:
         # Megatron and HF drop the header and whatever follows the last newline: end with one.
         tmp.write_text("#version: 0.2\n" + "".join(kept), encoding="utf-8")
-    return GPT2Tokenizer(vocab_path, merges_path)
+    return GPT2Tokenizer(vocab_path, merges_path, endoftext)
 
 
 def train_bpe_on_files(inputs: list[Path], output_prefix: str | Path, config: TokenizeConfig) -> GPT2Tokenizer:
@@ -69,7 +71,7 @@ def train_bpe_on_files(inputs: list[Path], output_prefix: str | Path, config: To
     reads), or on a seeded sample of about `config.bpe_sample_documents` records when there are more:
     the training's time and memory then stay the same however large the corpus grows."""
     texts = sampled_texts(inputs, config.json_keys, config.bpe_sample_documents, config.bpe_sample_seed)
-    return train_bpe(texts, config.vocab_size, output_prefix, config.min_frequency)
+    return train_bpe(texts, config.vocab_size, output_prefix, config.min_frequency, config.endoftext)
 
 
 def sampled_texts(inputs: list[Path], keys: tuple[str, ...], documents: int, seed: int) -> Iterator[str]:

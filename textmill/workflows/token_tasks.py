@@ -144,7 +144,8 @@ class TokenizeShard(RunTask):
         from textmill.tokenizers.tokenize_config import TokenizeConfig
 
         given = self.input()
-        tokenizer = TokenizeConfig(**tokenizer_settings(given["tokenizer"].local_tokenizer())).given_tokenizer()
+        tokenizer = TokenizeConfig(**tokenizer_settings(given["tokenizer"].local_tokenizer()),
+                                   endoftext=self.settings.tokenize.endoftext).given_tokenizer()
         tokenize_files([given["corpus"].local_shard(self.part)], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1))
 

@@ -163,3 +163,26 @@ def test_a_whitespace_run_of_a_million_characters_is_encoded_as_gpt2_encodes_it(
 @pytest.fixture(scope="module")
 def reference_and_tiktoken():
     return ReferenceBPE(*load_vocab_merges(VOCAB, MERGES)), GPT2Tokenizer(VOCAB, MERGES)
+
+
+AWKWARD_EODS = ["<|endoftext|>", "a<|endoftext|>b", "before <|endoftext|> after", "<|endoftext|><|endoftext|>x",
+                "ends with it <|endoftext|>", "<|endoftext", "endoftext|>", "<| endoftext |>", " <|endoftext|>\n\n",
+                "Ünïcödé<|endoftext|>日本語", "x" * 50 + "<|endoftext|>" + " " * 20]
+
+
+def test_endoftext_inside_a_document_as_each_megatron_encodes_it(tmp_path):
+    """`endoftext = "text"`: the text <|endoftext|> is ordinary text, as Megatron-LM's legacy GPT-2 tokenizer (the
+    pure-Python encoder, ReferenceBPE here) encodes it; "special": the end-of-document id, as Megatron-LM today
+    does through transformers (its GPT2BPETokenizer), checked against transformers' own GPT-2 tokenizer. Both
+    engine paths (tiktoken, and the piece-by-piece one for texts tiktoken's regex cannot take) agree."""
+    reference, hf = ReferenceBPE(*load_vocab_merges(VOCAB, MERGES)), gpt2_tokenizer(tmp_path, VOCAB, MERGES)
+    as_text, as_special = GPT2Tokenizer(VOCAB, MERGES), GPT2Tokenizer(VOCAB, MERGES, "special")
+    texts = AWKWARD_EODS + varied_texts(100, seed=11)
+    differ = 0
+    for text in texts:
+        assert as_text.encode(text) == as_text.encode_by_pieces(text) == reference.encode(text), text[:80]
+        assert as_special.encode(text) == as_special.encode_by_pieces(text) == hf.encode(text), text[:80]
+        differ += as_text.encode(text) != as_special.encode(text)
+    assert differ == sum("<|endoftext|>" in t for t in texts) >= 8
+    assert as_special.encode("a<|endoftext|>b") == [64, 50256, 65]
+    assert TokenizeConfig(vocab_file=VOCAB, merge_file=MERGES, endoftext="special").given_tokenizer().endoftext == "special"
