@@ -44,7 +44,7 @@ def cmd_export_hf(args) -> str:
 
 
 def cmd_export_megatron(args) -> str:
-    from textmill.interop.megatron import export_megatron
+    from textmill.interop.megatron_export import export_megatron
     from textmill.report.lines import export_megatron_line
 
     timer = Timer()
