@@ -58,8 +58,11 @@ def test_a_megatron_release_is_imported_fine_tuned_in_parallel_evaluated_and_exp
     r = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "to-megatron"),
                 "--target-tensor-parallel-size", "2")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("export megatron: ") and "2 x 1 shards" in r.stdout
+    assert r.stdout.startswith("export megatron: ") and "2 x 1 shards (tensor x pipeline), Megatron-core names" in r.stdout
     assert (tmp_path / "to-megatron" / "latest_checkpointed_iteration.txt").read_text() == "3"
+    legacy = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "legacy"),
+                     "--legacy-names")
+    assert legacy.returncode == 0 and "legacy names" in legacy.stdout, legacy.stderr[-2000:]
     r = run_cli("import", "megatron", str(tmp_path / "to-megatron"), "--save", str(tmp_path / "back"), *GPT2_FILES)
     assert r.returncode == 0, r.stderr[-2000:]
     back, _ = load_model(tmp_path / "back")

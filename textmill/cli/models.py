@@ -48,7 +48,8 @@ def cmd_export_megatron(args) -> str:
     from textmill.report.lines import export_megatron_line
 
     timer = Timer()
-    r = export_megatron(args.load, args.output, args.target_tensor_parallel_size, args.target_pipeline_parallel_size)
+    r = export_megatron(args.load, args.output, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
+                        "legacy" if args.legacy_names else "core")
     return export_megatron_line(r, timer.seconds)
 
 
@@ -133,14 +134,18 @@ def add_parsers(sub) -> None:
     add_export_paths(p)
     add_tokenizer_files(p, saved_tokenizer)
     p.set_defaults(func=cmd_export_hf)
-    p = formats.add_parser("megatron", help="A Megatron-LM legacy GPT checkpoint (GPT-2 blocks), split for a layout.",
+    p = formats.add_parser("megatron", help="A Megatron-LM GPT checkpoint (GPT-2 blocks), split for a layout.",
                            formatter_class=fmt,
                            description="Write the newest checkpoint as Megatron-LM writes --ckpt-format torch checkpoints "
-                           "(checkpoint version 3.0, its tensor names, mp_rank_TT[_PPP]/model_optim_rng.pt per rank, "
-                           "the args it checks on load), weights only: Megatron-LM loads it with --finetune, or with "
-                           "--no-load-optim --no-load-rng. GPT-2 blocks only.")
+                           "(checkpoint version 3.0, mp_rank_TT[_PPP]/model_optim_rng.pt per rank, the args it checks "
+                           "on load), weights only: Megatron-LM loads it with --finetune, or with --no-load-optim "
+                           "--no-load-rng. Tensors are named as Megatron-core's GPTModel (local layers, "
+                           "--transformer-impl local) names them, what Megatron-LM loads today; GPT-2 blocks only.")
     add_export_paths(p)
     add_target_layout(p)
+    p.add_argument("--legacy-names", action="store_true",
+                   help="name the tensors as Megatron-LM's legacy GPT model does (language_model.encoder...), for a "
+                   "Megatron-LM old enough to have it (today's has only Megatron-core's GPTModel)")
     p.set_defaults(func=cmd_export_megatron)
 
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",

@@ -100,7 +100,7 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
     import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
     original, _ = load_model(tmp_path / "ckpt")
-    r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp)
+    r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp, names="legacy")
     assert r["padded_vocab_size"] % (128 * tp) == 0 and (tmp_path / "out" / "latest_checkpointed_iteration.txt").read_text() == "release"
     shard = "mp_rank_00" + ("_000" if pp > 1 else "")
     state = read_megatron_file(tmp_path / "out" / "release" / shard / "model_optim_rng.pt")
@@ -114,6 +114,35 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     for name, tensor in original.state_dict().items():
         rows = min(tensor.shape[0], theirs[name].shape[0])  # the vocabulary's padding may differ
         assert torch.equal(theirs[name][:rows], tensor[:rows]), name
+
+
+@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (2, 2)])
+def test_megatron_core_loads_the_export_strictly_in_every_layout(tmp_path, tp, pp):
+    """Megatron-core's own GPTModel, one gloo process per rank (tests/support/megatron_core_loader.py), built from
+    the exported args, loads each rank's file with strict=True and holds exactly its tensors; the legacy names
+    (names="legacy", for an old Megatron-LM) import back to the same model."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from textmill.interop.megatron_export import export_megatron
+
+    write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
+    import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
+    r = export_megatron(tmp_path / "ckpt", tmp_path / "core", tp, pp)
+    assert r["names"] == "core"
+    loader = Path(__file__).parents[2] / "support" / "megatron_core_loader.py"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(tp * pp), str(loader), str(tmp_path / "core" / "release"), str(tp), str(pp)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    original = load_model(tmp_path / "ckpt")[0].state_dict()
+    for names in ("core", "legacy"):
+        if names == "legacy":
+            export_megatron(tmp_path / "ckpt", tmp_path / names, tp, pp, names="legacy")
+        import_megatron(tmp_path / names, tmp_path / f"back-{names}", VOCAB, MERGES)
+        back = load_model(tmp_path / f"back-{names}")[0].state_dict()
+        assert all(torch.equal(back[name][: t.shape[0]], t[: back[name].shape[0]]) for name, t in original.items())
 
 
 def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp_path):
