@@ -9,7 +9,8 @@
 # 2. benchmarks/bench_gpu.py: GPT-2 124M, 345M and a 1.1B LLaMA shape against transformers' compiled model in the
 #    same run (tokens/s, MFU, peak memory, the kernel-time split), each against its MFU target.
 # --quick: the lane, then GPT-2 124M alone with fewer steps. Each part has a deadline (the whole check ends inside
-# 8 minutes, 4 with --quick), and a part past it is stopped, saying so, with what it printed kept.
+# 8 minutes, 4 with --quick; GPU_CHECK_LANE_S and GPU_CHECK_BENCH_S set others), and a part past it is stopped,
+# saying so, with what it printed kept.
 # Everything is written under OUT_DIR (default ./gpu-check): environment.txt, gpu-lane.log, gpu-lane.xml,
 # bench.md. Without a GPU the same command rehearses on the CPU: the lane's tests on the CPU (gloo for NCCL; what
 # needs CUDA skipped with its reason) and the benchmark's CPU shapes. Exit status: 0 when both parts passed.
@@ -23,6 +24,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OF
 python=${PYTHON:-python3}
 
 if [ "$quick" = 1 ]; then lane_s=150 bench_s=80 bench=(--quick); else lane_s=210 bench_s=260 bench=(--steps 50 --warmup 5); fi
+# A rehearsal on a busy machine may give the parts longer (the deadlines are the GPU machine's budget).
+lane_s=${GPU_CHECK_LANE_S:-$lane_s} bench_s=${GPU_CHECK_BENCH_S:-$bench_s}
 "$python" -c "import torch" || { echo "gpu_check: $python cannot import torch (PYTHON=... names another)"; exit 2; }
 if ! "$python" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
     export TEXTMILL_GPU_LANE_ON_CPU=1  # a rehearsal: the lane runs on the CPU
