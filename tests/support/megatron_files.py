@@ -166,16 +166,27 @@ def megatron_core_whole(out, tp: int, pp: int) -> dict:
     return whole
 
 
-def write_megatron_dist(out, tp: int = 1, pp: int = 1) -> dict:
-    """A torch_dist checkpoint under `out`, written by Megatron-core in TP x PP processes
-    (megatron_dist_writer.py), and the whole model its ranks held (megatron_core_whole)."""
+def run_megatron_core(script: str, folder, tp: int, pp: int) -> None:
+    """`script` (a file beside this one) under torchrun, one process per rank of TP x PP, on `folder`."""
     import subprocess
     import sys
     from pathlib import Path
 
-    writer = Path(__file__).with_name("megatron_dist_writer.py")
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(tp * pp), str(writer), str(out), str(tp), str(pp)],
+                           str(tp * pp), str(Path(__file__).with_name(script)), str(folder), str(tp), str(pp)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def write_megatron_dist(out, tp: int = 1, pp: int = 1) -> dict:
+    """A torch_dist checkpoint under `out`, written by Megatron-core in TP x PP processes
+    (megatron_dist_writer.py), and the whole model its ranks held (megatron_core_whole)."""
+    from pathlib import Path
+
+    run_megatron_core("megatron_dist_writer.py", out, tp, pp)
     return megatron_core_whole(Path(out), tp, pp)
+
+
+def load_with_megatron_core(folder, tp: int, pp: int) -> None:
+    """Megatron-core's GPTModel loads the TP x PP files of `folder` strictly (megatron_core_loader.py)."""
+    run_megatron_core("megatron_core_loader.py", folder, tp, pp)

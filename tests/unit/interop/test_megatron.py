@@ -8,7 +8,7 @@ import torch
 
 from support.cli import run_cli
 from support.files import TEST_DATA
-from support.megatron_files import write_megatron, write_megatron_dist
+from support.megatron_files import load_with_megatron_core, write_megatron, write_megatron_dist
 from textmill.errors import TextmillError
 from textmill.interop.megatron import import_megatron
 from textmill.trainer.checkpoint import load_model
@@ -121,21 +121,13 @@ def test_megatron_core_loads_the_export_strictly_in_every_layout(tmp_path, tp, p
     """Megatron-core's own GPTModel, one gloo process per rank (tests/support/megatron_core_loader.py), built from
     the exported args, loads each rank's file with strict=True and holds exactly its tensors; the legacy names
     (names="legacy", for an old Megatron-LM) import back to the same model."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from textmill.interop.megatron_export import export_megatron
 
     write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
     import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
     r = export_megatron(tmp_path / "ckpt", tmp_path / "core", tp, pp)
     assert r["names"] == "core"
-    loader = Path(__file__).parents[2] / "support" / "megatron_core_loader.py"
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(tp * pp), str(loader), str(tmp_path / "core" / "release"), str(tp), str(pp)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    load_with_megatron_core(tmp_path / "core" / "release", tp, pp)
     original = load_model(tmp_path / "ckpt")[0].state_dict()
     for names in ("core", "legacy"):
         if names == "legacy":
