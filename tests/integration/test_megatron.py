@@ -1,8 +1,8 @@
 """The seed's flow with a Megatron-LM checkpoint, through the commands users run: a release folder shaped as
 NVIDIA's GPT-2 345M (fp16, checkpoint version 0, no args; small and random here) is imported, fine-tuned a few
 iterations with tensor parallelism over 2 gloo processes, evaluated on LAMBADA and exported to Hugging Face,
-whose model then computes textmill's logits, and to Megatron-LM in 2 tensor-parallel shards, which import
-back to the same logits."""
+whose model then computes textmill's logits, and to Megatron-LM (torch_dist, the default; 2 tensor-parallel
+shards; legacy names), each of which imports back to the same logits."""
 
 import json
 import random
@@ -55,19 +55,26 @@ def test_a_megatron_release_is_imported_fine_tuned_in_parallel_evaluated_and_exp
     with torch.no_grad():
         assert (exported(tokens).logits - ours(tokens)[..., :50257]).abs().max().item() < 1e-4
 
-    r = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "to-megatron"),
-                "--target-tensor-parallel-size", "2")
+    r = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "to-megatron"))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("export megatron: ") and "2 x 1 shards (tensor x pipeline), Megatron-core names" in r.stdout
+    assert r.stdout.startswith("export megatron: ") and "torch_dist (whole: any tensor x pipeline layout" in r.stdout
     assert (tmp_path / "to-megatron" / "latest_checkpointed_iteration.txt").read_text() == "3"
+    split = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "split"),
+                    "--ckpt-format", "torch", "--target-tensor-parallel-size", "2")
+    assert split.returncode == 0 and "2 x 1 shards (tensor x pipeline), Megatron-core names" in split.stdout, split.stderr
     legacy = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "legacy"),
-                     "--legacy-names")
+                     "--ckpt-format", "torch", "--legacy-names")
     assert legacy.returncode == 0 and "legacy names" in legacy.stdout, legacy.stderr[-2000:]
-    r = run_cli("import", "megatron", str(tmp_path / "to-megatron"), "--save", str(tmp_path / "back"), *GPT2_FILES)
-    assert r.returncode == 0, r.stderr[-2000:]
-    back, _ = load_model(tmp_path / "back")
-    with torch.no_grad():
-        assert (back(tokens)[..., :50257] - ours(tokens)[..., :50257]).abs().max().item() < 1e-5
+    refused = run_cli("export", "megatron", "--load", str(tmp_path / "tuned"), "--output", str(tmp_path / "no"),
+                      "--legacy-names")
+    assert refused.returncode != 0 and "are for --ckpt-format torch" in refused.stderr
+    for exported in ("to-megatron", "split", "legacy"):
+        r = run_cli("import", "megatron", str(tmp_path / exported), "--save", str(tmp_path / f"back-{exported}"),
+                    *GPT2_FILES)
+        assert r.returncode == 0, r.stderr[-2000:]
+        back, _ = load_model(tmp_path / f"back-{exported}")
+        with torch.no_grad():
+            assert (back(tokens)[..., :50257] - ours(tokens)[..., :50257]).abs().max().item() < 1e-5
 
 
 def test_a_torch_dist_checkpoint_saved_by_four_ranks_imports_whole(tmp_path):

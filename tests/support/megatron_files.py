@@ -166,14 +166,14 @@ def megatron_core_whole(out, tp: int, pp: int) -> dict:
     return whole
 
 
-def run_megatron_core(script: str, folder, tp: int, pp: int) -> None:
-    """`script` (a file beside this one) under torchrun, one process per rank of TP x PP, on `folder`."""
+def run_megatron_core(script: str, processes: int, *arguments) -> None:
+    """`script` (a file beside this one) under torchrun, in `processes` processes (one per rank), given `arguments`."""
     import subprocess
     import sys
     from pathlib import Path
 
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(tp * pp), str(Path(__file__).with_name(script)), str(folder), str(tp), str(pp)],
+                           str(processes), str(Path(__file__).with_name(script)), *map(str, arguments)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -183,10 +183,18 @@ def write_megatron_dist(out, tp: int = 1, pp: int = 1) -> dict:
     (megatron_dist_writer.py), and the whole model its ranks held (megatron_core_whole)."""
     from pathlib import Path
 
-    run_megatron_core("megatron_dist_writer.py", out, tp, pp)
+    run_megatron_core("megatron_dist_writer.py", tp * pp, out, tp, pp)
     return megatron_core_whole(Path(out), tp, pp)
 
 
-def load_with_megatron_core(folder, tp: int, pp: int) -> None:
-    """Megatron-core's GPTModel loads the TP x PP files of `folder` strictly (megatron_core_loader.py)."""
-    run_megatron_core("megatron_core_loader.py", folder, tp, pp)
+def load_with_megatron_core(folder, tp: int, pp: int, out) -> tuple[dict, dict | None]:
+    """Megatron-core's GPTModel loads the iteration folder `folder` (either format) strictly in TP x PP processes
+    (megatron_core_loader.py): the whole model its ranks then held, in textmill's names, and with one pipeline
+    stage the logits it gave for fixed tokens ({"tokens", "logits"}). `out` holds what the ranks wrote."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_megatron_core("megatron_core_loader.py", tp * pp, folder, tp, pp, out)
+    logits = torch.load(out / "logits.pt", weights_only=True) if pp == 1 else None
+    return megatron_core_whole(out, tp, pp), logits

@@ -49,7 +49,7 @@ def cmd_export_megatron(args) -> str:
 
     timer = Timer()
     r = export_megatron(args.load, args.output, args.target_tensor_parallel_size, args.target_pipeline_parallel_size,
-                        "legacy" if args.legacy_names else "core")
+                        "legacy" if args.legacy_names else "core", args.ckpt_format)
     return export_megatron_line(r, timer.seconds)
 
 
@@ -134,18 +134,23 @@ def add_parsers(sub) -> None:
     add_export_paths(p)
     add_tokenizer_files(p, saved_tokenizer)
     p.set_defaults(func=cmd_export_hf)
-    p = formats.add_parser("megatron", help="A Megatron-LM GPT checkpoint (GPT-2 blocks), split for a layout.",
+    p = formats.add_parser("megatron", help="A Megatron-LM GPT checkpoint (GPT-2 blocks).",
                            formatter_class=fmt,
-                           description="Write the newest checkpoint as Megatron-LM writes --ckpt-format torch checkpoints "
-                           "(checkpoint version 3.0, mp_rank_TT[_PPP]/model_optim_rng.pt per rank, the args it checks "
-                           "on load), weights only: Megatron-LM loads it with --finetune, or with --no-load-optim "
-                           "--no-load-rng. Tensors are named as Megatron-core's GPTModel (local layers, "
-                           "--transformer-impl local) names them, what Megatron-LM loads today; GPT-2 blocks only.")
+                           description="Write the newest checkpoint as a Megatron-LM GPT checkpoint (checkpoint version "
+                           "3.0, with the args it checks on load), weights only: Megatron-LM loads it with --finetune, or "
+                           "with --no-load-optim --no-load-rng. Checked against Megatron-core 0.16.1 (Megatron-LM "
+                           "d98e8a64dd); GPT-2 blocks only.")
     add_export_paths(p)
+    p.add_argument("--ckpt-format", choices=["torch_dist", "torch"], default="torch_dist",
+                   help="torch_dist (Megatron-LM's default): the model whole in Megatron-core's distributed format, "
+                   "which Megatron-LM cuts for any tensor/pipeline layout (keyed as for either --transformer-impl; "
+                   "tested with local); torch: one model_optim_rng.pt per rank of --target-*-parallel-size, tensors "
+                   "named for --transformer-impl local")
     add_target_layout(p)
     p.add_argument("--legacy-names", action="store_true",
-                   help="name the tensors as Megatron-LM's legacy GPT model does (language_model.encoder...), for a "
-                   "Megatron-LM old enough to have it (today's has only Megatron-core's GPTModel)")
+                   help="with --ckpt-format torch: name the tensors as Megatron-LM's legacy GPT model does "
+                   "(language_model.encoder...), for a Megatron-LM old enough to have it (today's has only "
+                   "Megatron-core's GPTModel)")
     p.set_defaults(func=cmd_export_megatron)
 
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",

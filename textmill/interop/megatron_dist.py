@@ -29,6 +29,9 @@ from textmill.errors import TextmillError
 from textmill.trainer.checkpoint import load_dcp, read_dcp_metadata
 
 COMMON = "common.pt"
+# metadata.json of Megatron-core's torch_dist format: the backends of the sharded tensors and of common.pt.
+DIST_CONFIG = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+               "common_backend_version": 1}
 # The model's own entries; the optimizer's are under "optimizer.", and the output layer is the word embedding
 # (an untied one is refused with the args).
 MODEL_PREFIXES = ("embedding.", "decoder.")
@@ -48,7 +51,7 @@ def read_dist_model(folder: Path) -> dict[str, torch.Tensor]:
         backend = json.loads((folder / "metadata.json").read_text()).get("sharded_backend")
     except (OSError, ValueError, AttributeError):
         backend = None
-    if backend != "torch_dist":
+    if backend != DIST_CONFIG["sharded_backend"]:
         raise TextmillError(f"{folder}: a distributed checkpoint, but not one in Megatron-LM's torch_dist format "
                             f"(its metadata.json names sharded_backend {backend!r})")
     metadata = read_dcp_metadata(folder, foreign=True)

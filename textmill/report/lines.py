@@ -153,7 +153,9 @@ def import_line(r: dict, seconds: float) -> str:
 
 
 def export_megatron_line(r: dict, seconds: float) -> str:
-    return (f"export megatron: {r['parameters']:,} parameters, {r['tp']} x {r['pp']} shards (tensor x pipeline), "
+    layout = ("torch_dist (whole: any tensor x pipeline layout loads it)" if r["format"] == "torch_dist" else
+              f"{r['tp']} x {r['pp']} shards (tensor x pipeline)")
+    return (f"export megatron: {r['parameters']:,} parameters, {layout}, "
             f"{'legacy' if r['names'] == 'legacy' else 'Megatron-core'} names, "
             f"vocabulary {r['vocab_size']} padded to {r['padded_vocab_size']}, checkpoint {r['iteration']} -> "
             f"{r['output']} {seconds_tag(seconds)}")

@@ -100,7 +100,7 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
     import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
     original, _ = load_model(tmp_path / "ckpt")
-    r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp, names="legacy")
+    r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp, names="legacy", fmt="torch")
     assert r["padded_vocab_size"] % (128 * tp) == 0 and (tmp_path / "out" / "latest_checkpointed_iteration.txt").read_text() == "release"
     shard = "mp_rank_00" + ("_000" if pp > 1 else "")
     state = read_megatron_file(tmp_path / "out" / "release" / shard / "model_optim_rng.pt")
@@ -116,22 +116,37 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
         assert torch.equal(theirs[name][:rows], tensor[:rows]), name
 
 
-@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (2, 2)])
-def test_megatron_core_loads_the_export_strictly_in_every_layout(tmp_path, tp, pp):
+@pytest.mark.parametrize("fmt, tp, pp", [("torch", 1, 1), ("torch", 2, 1), ("torch", 2, 2),
+                                         ("torch_dist", 1, 1), ("torch_dist", 2, 1), ("torch_dist", 2, 2)])
+def test_megatron_core_loads_the_export_strictly_with_the_same_logits(tmp_path, fmt, tp, pp):
     """Megatron-core's own GPTModel, one gloo process per rank (tests/support/megatron_core_loader.py), built from
-    the exported args, loads each rank's file with strict=True and holds exactly its tensors; the legacy names
-    (names="legacy", for an old Megatron-LM) import back to the same model."""
+    the exported args, loads the export strictly (torch: each rank's file; torch_dist: the one whole export, cut
+    by dist_checkpointing.load for the layout, the vocabulary padded for it), then holds exactly textmill's
+    tensors and gives textmill's logits; the legacy names (for an old Megatron-LM) import back to the same model."""
     from textmill.interop.megatron_export import export_megatron
 
     write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
     import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
-    r = export_megatron(tmp_path / "ckpt", tmp_path / "core", tp, pp)
-    assert r["names"] == "core"
-    load_with_megatron_core(tmp_path / "core" / "release", tp, pp)
-    original = load_model(tmp_path / "ckpt")[0].state_dict()
-    for names in ("core", "legacy"):
-        if names == "legacy":
-            export_megatron(tmp_path / "ckpt", tmp_path / names, tp, pp, names="legacy")
+    model = load_model(tmp_path / "ckpt")[0].eval()
+    original = model.state_dict()
+    r = export_megatron(tmp_path / "ckpt", tmp_path / "core", *((tp, pp) if fmt == "torch" else (1, 1)), fmt=fmt)
+    assert (r["names"], r["format"]) == ("core", fmt)
+    held, logits = load_with_megatron_core(tmp_path / "core" / "release", tp, pp, tmp_path / "loaded")
+    for name, tensor in original.items():
+        rows = min(tensor.shape[0], held[name].shape[0])  # the vocabulary is padded for each layout
+        assert torch.equal(held[name][:rows], tensor[:rows]), name
+    if pp > 1:  # the last stage's output layer is the tied word embedding, loaded from the first stage's
+        for t in range(tp):
+            last = torch.load(tmp_path / "loaded" / f"expected_tp{t}_pp{pp - 1}.pt", weights_only=True)
+            first = torch.load(tmp_path / "loaded" / f"expected_tp{t}_pp0.pt", weights_only=True)
+            assert torch.equal(last["output_layer.weight"], first["embedding.word_embeddings.weight"])
+    else:
+        with torch.no_grad():
+            ours = model(logits["tokens"])[..., :logits["logits"].shape[-1]]
+        assert (ours - logits["logits"]).abs().max().item() < 1e-5
+    if fmt == "torch":
+        export_megatron(tmp_path / "ckpt", tmp_path / "legacy", tp, pp, names="legacy", fmt="torch")
+    for names in ("core",) + (("legacy",) if fmt == "torch" else ()):
         import_megatron(tmp_path / names, tmp_path / f"back-{names}", VOCAB, MERGES)
         back = load_model(tmp_path / f"back-{names}")[0].state_dict()
         assert all(torch.equal(back[name][: t.shape[0]], t[: back[name].shape[0]]) for name, t in original.items())
