@@ -3,8 +3,8 @@ one process per rank (gloo) as Megatron-LM would, in either format, strictly:
 
 - torch: each rank builds its part of the model from the args in its `mp_rank_TT[_PPP]/model_optim_rng.pt`
   and loads that file with load_state_dict(strict=True);
-- torch_dist: the args come from common.pt (read as Megatron-LM reads it, weights only, with Megatron-core's
-  safe globals), the vocabulary is padded for this layout as Megatron-LM pads it, and
+- torch_dist: the args and content metadata come from common.pt (read as Megatron-LM reads it, weights only,
+  with Megatron-core's safe globals), the vocabulary is padded for this layout as Megatron-LM pads it, and
   `dist_checkpointing.load` reads the model's sharded state dict with StrictHandling.RAISE_ALL (no key
   missing, none unexpected), then load_state_dict(strict=True).
 
@@ -48,7 +48,8 @@ def main(folder: Path, tp: int, pp: int, out: Path) -> None:
     distributed = (folder / "metadata.json").exists()
     if distributed:
         register_safe_globals()
-        args = dist_checkpointing.load_common_state_dict(str(folder))["args"]
+        common = dist_checkpointing.load_common_state_dict(str(folder))
+        args = common["args"]
         multiple = args.make_vocab_size_divisible_by * tp
         padded = -(-args.vocab_size // multiple) * multiple
     else:
@@ -66,8 +67,11 @@ def main(folder: Path, tp: int, pp: int, out: Path) -> None:
                      pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage())
     if distributed:
-        # Nested under "model" as Megatron-LM asks: the answer holds common.pt's entries beside it.
-        state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(folder),
+        # As Megatron-LM asks: the model's sharded state dict built with the checkpoint's content metadata, nested
+        # under "model" (the answer holds common.pt's entries beside it).
+        metadata = dict(dist_checkpointing.load_content_metadata(preloaded_state_dict=common))
+        metadata["dp_cp_group"] = parallel_state.get_data_parallel_group(with_context_parallel=True)
+        state = dist_checkpointing.load({"model": model.sharded_state_dict(metadata=metadata)}, str(folder),
                                         strict=StrictHandling.RAISE_ALL)["model"]
     else:
         state = saved["model"]
