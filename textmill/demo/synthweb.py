@@ -101,6 +101,39 @@ def mutate(rng: random.Random, text: str, rate: float) -> str:
     return " ".join(words)
 
 
+def corpus_documents(seed: int, documents: int, planted: tuple[str, ...] = ()) -> Iterator[dict]:
+    """Extracted documents as the corpus stages read them (`id`, `url`, `text`), for the benchmarks: mostly
+    articles, with what the stages exist to catch mixed in at fixed rates: near-duplicate and case-changed
+    copies of earlier articles, boilerplate-repeating and list-like pages, too-short notes, other languages,
+    and `planted` passages (evaluation texts) inside some articles."""
+    rng = random.Random(seed)
+    articles: list[str] = []
+    for i in range(documents):
+        roll = rng.random()
+        if articles and roll < 0.08:
+            kind, text = "near_duplicate", mutate(rng, rng.choice(articles), 0.02)
+        elif articles and roll < 0.12:
+            kind, text = "copy", rng.choice(articles).upper()
+        elif roll < 0.17:
+            boiler = f"Subscribe to the {rng.choice(_NOUN)} newsletter for more stories."
+            paragraphs = prose(rng, rng.randint(2, 4))
+            kind, text = "boilerplate", "\n".join([boiler] * rng.randint(4, 12) + paragraphs)
+        elif roll < 0.21:
+            kind, text = "list", "\n".join(f"- {rng.choice(_ADJ)} {rng.choice(_NOUN)}" for _ in range(rng.randint(20, 60)))
+        elif roll < 0.24:
+            kind, text = "short", sentence(rng)
+        elif roll < 0.29:
+            lang = ("fr", "de", "es")[i % 3]
+            kind, text = lang, "\n\n".join(foreign_paragraph(rng, lang, rng.randint(40, 80)) for _ in range(rng.randint(3, 6)))
+        else:
+            paragraphs = prose(rng, rng.randint(3, 12))
+            if planted and rng.random() < 0.05:
+                paragraphs.insert(len(paragraphs) // 2, rng.choice(planted))
+            kind, text = "article", "\n\n".join(paragraphs)
+            articles.append(text)
+        yield {"id": f"doc-{i}", "url": f"https://site{i % 97}.example.com/{kind}/{i}", "text": text}
+
+
 @dataclass
 class Page:
     status: int = 200

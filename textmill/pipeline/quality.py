@@ -16,14 +16,17 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from functools import lru_cache
 from itertools import count, islice
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import regex
 
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import QualityConfig
+from textmill.pipeline.word_ngrams import WordIds
 from textmill.pipeline.words import count_sentences, split_words
 
 STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))  # Gopher's
@@ -41,9 +44,15 @@ POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cooki
 # find repeats), and C4's rules count a line's words without listing them: a 30 MB line cost 700 MB as a list.
 
 
+@lru_cache(maxsize=1 << 16)
 def is_symbol(word: str) -> bool:
     """Whether a word is punctuation and symbols only (Gopher counts only the other words)."""
     return all(unicodedata.category(c)[0] in "PS" or unicodedata.category(c) == "Cc" for c in word)
+
+
+@lru_cache(maxsize=1 << 16)
+def has_letter(word: str) -> bool:
+    return any(c.isalpha() for c in word)
 
 
 def pieces(pattern: re.Pattern, text: str) -> Iterator[str]:
@@ -65,23 +74,27 @@ def text_lines(text: str) -> Iterator[str]:
         yield text[start:]
 
 
-def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | None:
-    """Gopher's quality rules: the reason the document fails, or None."""
-    content = [w for w in words if not is_symbol(w)]
-    if cfg.min_words and len(content) < cfg.min_words:
+def gopher_quality(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
+    """Gopher's quality rules: the reason the document fails, or None. Words are counted by their distinct
+    forms (each form's symbol test and letter test made once)."""
+    distinct, counts = words.distinct_counts()
+    content = ~np.fromiter(map(is_symbol, distinct), bool, len(distinct))
+    content_words = int(counts[content].sum())
+    if cfg.min_words and content_words < cfg.min_words:
         return "too_few_words"
-    if cfg.max_words and len(content) > cfg.max_words:
+    if cfg.max_words and content_words > cfg.max_words:
         return "too_many_words"
-    if not content:
+    if not content_words:
         return "no_words"
-    mean_length = sum(len(w) for w in content) / len(content)
+    mean_length = int((np.fromiter(map(len, distinct), np.int64, len(distinct)) * counts)[content].sum()) / content_words
     if cfg.min_mean_word_length and mean_length < cfg.min_mean_word_length:
         return "short_words"
     if cfg.max_mean_word_length and mean_length > cfg.max_mean_word_length:
         return "long_words"
-    if cfg.max_symbol_word_ratio and text.count("#") / len(words) > cfg.max_symbol_word_ratio:
+    total = len(words.words)
+    if cfg.max_symbol_word_ratio and text.count("#") / total > cfg.max_symbol_word_ratio:
         return "hash_symbols"
-    if cfg.max_symbol_word_ratio and (text.count("...") + text.count("…")) / len(words) > cfg.max_symbol_word_ratio:
+    if cfg.max_symbol_word_ratio and (text.count("...") + text.count("…")) / total > cfg.max_symbol_word_ratio:
         return "ellipses"
     lines = bullets = ellipses = 0
     for line in text_lines(text):
@@ -92,9 +105,10 @@ def gopher_quality(text: str, words: list[str], cfg: QualityConfig) -> str | Non
         return "bullet_lines"
     if cfg.max_ellipsis_lines and ellipses / lines > cfg.max_ellipsis_lines:
         return "ellipsis_lines"
-    if cfg.min_alphabetic_words and sum(any(c.isalpha() for c in w) for w in words) / len(words) < cfg.min_alphabetic_words:
+    lettered = int(counts[np.fromiter(map(has_letter, distinct), bool, len(distinct))].sum())
+    if cfg.min_alphabetic_words and lettered / total < cfg.min_alphabetic_words:
         return "few_alphabetic_words"
-    if cfg.min_stop_words and len(STOP_WORDS.intersection(words)) < cfg.min_stop_words:
+    if cfg.min_stop_words and len(STOP_WORDS.intersection(words.first)) < cfg.min_stop_words:
         return "few_stop_words"
     return None
 
@@ -111,31 +125,7 @@ def repeated(items: Iterable[str]) -> tuple[int, int, int]:
     return total, number, chars
 
 
-def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of the most frequent word n-gram (joined by spaces) times its count (the first of equals)."""
-    grams = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
-    if not grams:
-        return 0
-    gram, times = grams.most_common(1)[0]
-    return len(gram) * times
-
-
-def duplicate_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of word n-grams (joined without spaces) that repeat an earlier one, read left to right;
-    after a repeat the next n-gram starts past it, so no character counts twice."""
-    seen, chars, i = set(), 0, 0
-    while i <= len(words) - n:
-        gram = "".join(words[i : i + n])
-        if gram in seen:
-            chars += len(gram)
-            i += n
-        else:
-            seen.add(gram)
-            i += 1
-    return chars
-
-
-def gopher_repetition(text: str, words: list[str], cfg: QualityConfig) -> str | None:
+def gopher_repetition(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     """Gopher's repetition rules: the reason the document fails, or None."""
     paragraphs, number, chars = repeated(pieces(_PARAGRAPH_BREAK, text.strip()))
     if cfg.max_duplicate_paragraphs and number / paragraphs > cfg.max_duplicate_paragraphs:
@@ -148,10 +138,10 @@ def gopher_repetition(text: str, words: list[str], cfg: QualityConfig) -> str | 
     if cfg.max_duplicate_line_chars and chars / len(text) > cfg.max_duplicate_line_chars:
         return "duplicate_line_chars"
     for n, most in zip(count(2), cfg.max_top_ngram_chars):
-        if most and top_ngram_chars(words, n) / len(text) > most:
+        if most and words.top_gram_chars(n) / len(text) > most:
             return f"top_{n}gram_chars"
     for n, most in zip(count(5), cfg.max_duplicate_ngram_chars):
-        if most and duplicate_ngram_chars(words, n) / len(text) > most:
+        if most and words.duplicate_spelled_chars(n) / len(text) > most:
             return f"duplicate_{n}gram_chars"
     return None
 
@@ -194,7 +184,7 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
     return "\n".join(kept).strip(), None
 
 
-def fineweb(text: str, words: list[str], cfg: QualityConfig) -> str | None:
+def fineweb(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     """FineWeb's rules: the reason the document fails, or None."""
     punctuated = short = 0
 
@@ -216,7 +206,7 @@ def fineweb(text: str, words: list[str], cfg: QualityConfig) -> str | None:
     most = cfg.max_duplicate_line_chars_fineweb
     if most and chars / (len(text) - text.count("\n")) > most:
         return "repeated_line_chars"
-    if cfg.max_newlines_per_word and text.count("\n") / len(words) > cfg.max_newlines_per_word:
+    if cfg.max_newlines_per_word and text.count("\n") / len(words.words) > cfg.max_newlines_per_word:
         return "list_like"
     return None
 
@@ -226,7 +216,7 @@ WORD_RULES = {"gopher_quality": gopher_quality, "gopher_repetition": gopher_repe
 
 def judge(text: str, cfg: QualityConfig, dropped: Counter) -> tuple[str, str | None]:
     """(the document's text after the rules, the reason it fails or None), by the preset's rules in order."""
-    words: list[str] | None = None  # of the current text
+    words: WordIds | None = None  # of the current text
     for rule in cfg.rules:
         if not text.strip():
             return text, "empty"
@@ -235,7 +225,7 @@ def judge(text: str, cfg: QualityConfig, dropped: Counter) -> tuple[str, str | N
             if reason is None and kept != text:
                 text, words = kept, None
         else:
-            words = split_words(text) if words is None else words
+            words = WordIds(split_words(text)) if words is None else words
             reason = WORD_RULES[rule](text, words, cfg)
         if reason is not None:
             return text, reason
