@@ -23,39 +23,67 @@ import itertools
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
+
+import numpy as np
 
 from textmill.errors import TextmillError
 from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_record, write_json
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DecontaminateConfig
+from textmill.pipeline.word_ngrams import word_runs
 
 _WORD = re.compile(r"\w+")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalNgrams:
     """The evaluation n-grams, as tuples of words, by length; `firsts` indexes the first two words and
-    `heads` the first words of the shortest length, so that most positions of a training document are ruled
-    out without building an n-gram."""
+    `heads` the first words of the shortest length. Every evaluation word has an id in `vocabulary` (from 1;
+    0 is a word no evaluation text has), and `head_keys` holds the hashes of the heads as ids, `head_bits`
+    their top HEAD_BITS bits as a table: a training document's windows are hashed all at once (numpy), looked
+    up in the table, the few it lets through in the set, and only where a hash is a head's are words compared. `excluded` n-grams are not matched (pass 2 leaves out the frequent ones without rebuilding)."""
 
     grams: set[tuple[str, ...]]
     lengths: list[int]
-    firsts: set[tuple[str, str]]
+    firsts: set[tuple[str, ...]]
     heads: set[tuple[str, ...]]
+    vocabulary: dict[str, int]
+    head_keys: frozenset[int]
+    head_bits: np.ndarray
+    excluded: frozenset[tuple[str, ...]] = frozenset()
 
-    @classmethod
-    def build(cls, grams: Iterable[tuple[str, ...]]) -> "EvalNgrams":
-        grams = set(grams)
-        lengths = sorted({len(g) for g in grams})
-        return cls(grams, lengths, {g[:2] for g in grams}, {g[: lengths[0]] for g in grams} if grams else set())
+    def without(self, excluded: Iterable[tuple[str, ...]]) -> "EvalNgrams":
+        return replace(self, excluded=frozenset(excluded))
+
+    def holds(self, gram: tuple[str, ...]) -> bool:
+        return gram in self.grams and gram not in self.excluded
+
+
+def word_ids(words: list[str] | tuple[str, ...], vocabulary: dict[str, int]) -> np.ndarray:
+    """Each word's evaluation id, 0 for a word no evaluation text has (the loop runs in C)."""
+    return np.fromiter(map(vocabulary.get, words, itertools.repeat(0)), np.uint64, len(words))
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: the window hash is a polynomial in it, mod 2 ** 64
+HEAD_BITS = 22  # a table of 4 MB: with LAMBADA's 253,175 heads it lets 6% of other windows through
+
+
+def window_keys(ids: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit hash of the n ids from each position 0 .. len - n (equal windows, equal hashes)."""
+    positions = len(ids) - n + 1
+    keys = ids[:positions].copy()
+    for k in range(1, n):
+        keys = keys * _MIX + ids[k : k + positions]
+    return keys
 
 
 def words_of(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    return word_runs(text.lower())
 
 
 def read_eval_texts(path: Path, key: str = "text") -> Iterator[str]:
@@ -72,47 +100,85 @@ def read_eval_texts(path: Path, key: str = "text") -> Iterator[str]:
 
 
 def eval_ngrams(paths: Iterable[Path], cfg: DecontaminateConfig) -> EvalNgrams:
+    """The evaluation sets' n-grams, built once per process for the same files (by size and time) and
+    lengths: every unit of a run that a worker process takes reuses them."""
+    paths = tuple(Path(p) for p in paths)
+    try:
+        stamps = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
+    except OSError as exc:
+        raise TextmillError(f"cannot read evaluation set {exc.filename}: {exc.strerror}") from None
+    return build_eval_ngrams(paths, stamps, cfg.max_ngram, cfg.min_ngram)
+
+
+@lru_cache(maxsize=4)
+def build_eval_ngrams(paths: tuple[Path, ...], stamps: tuple, max_ngram: int, min_ngram: int) -> EvalNgrams:
+    texts = [words_of(text) for path in paths for text in read_eval_texts(path)]
+    texts = [words for words in texts if len(words) >= min_ngram]
     grams: set[tuple[str, ...]] = set()
-    for path in paths:
-        for text in read_eval_texts(path):
-            words = words_of(text)
-            if len(words) >= cfg.max_ngram:
-                grams.update(tuple(words[i : i + cfg.max_ngram]) for i in range(len(words) - cfg.max_ngram + 1))
-            elif len(words) >= cfg.min_ngram:
-                grams.add(tuple(words))
+    for words in texts:
+        if len(words) >= max_ngram:
+            grams.update(tuple(words[i : i + max_ngram]) for i in range(len(words) - max_ngram + 1))
+        else:
+            grams.add(tuple(words))
     if not grams:
-        raise TextmillError("the evaluation set(s) gave no n-grams (no text of 8 words or more)")
-    return EvalNgrams.build(grams)
+        raise TextmillError(f"the evaluation set(s) gave no n-grams (no text of {min_ngram} words or more)")
+    lengths = sorted({len(g) for g in grams})
+    shortest = lengths[0]
+    vocabulary: dict[str, int] = {}
+    for words in texts:
+        for word in words:
+            vocabulary.setdefault(word, len(vocabulary) + 1)
+    # The heads' hashes from each text's windows at once: its n-grams start at 0 .. len - max_ngram, or
+    # at 0 for a text shorter than max_ngram words.
+    head_keys: set[int] = set()
+    for words in texts:
+        starts = max(len(words) - max_ngram + 1, 1)
+        head_keys.update(window_keys(word_ids(words, vocabulary), shortest)[:starts].tolist())
+    head_bits = np.zeros(1 << HEAD_BITS, bool)
+    head_bits[np.fromiter(head_keys, np.uint64, len(head_keys)) >> np.uint64(64 - HEAD_BITS)] = True
+    return EvalNgrams(grams, lengths, {g[:2] for g in grams}, {g[:shortest] for g in grams}, vocabulary,
+                      frozenset(head_keys), head_bits)
 
 
 def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str] | None:
     """(start, n-gram as space-joined words) of the first evaluation n-gram in `text`, as filter_ngrams.py
     finds it: at each word from the left, the max_ngram-gram, then every length in the set shortest first;
     past the last full max_ngram-gram, only the shorter lengths inside it. Positions are those of the
-    lower-cased text, as there."""
+    lower-cased text, as there. Only the positions whose window of the shortest length hashes as a head
+    can start an n-gram; they are found at once, and read in order as that scan reads them."""
     lower = text.lower()
-    words = _WORD.findall(lower)
-    if ngrams.firsts.isdisjoint(zip(words, words[1:])):  # most documents: no n-gram can start anywhere
+    words = word_runs(lower)
+    shortest = ngrams.lengths[0]
+    if len(words) < shortest:
+        return None
+    keys = window_keys(word_ids(words, ngrams.vocabulary), shortest)
+    maybe = np.flatnonzero(ngrams.head_bits[keys >> np.uint64(64 - HEAD_BITS)])
+    hits = np.array([i for i, key in zip(maybe.tolist(), keys[maybe].tolist()) if key in ngrams.head_keys], np.int64)
+    if not len(hits):  # most documents: no n-gram can start anywhere
         return None
     last = len(words) - max_ngram
 
     def at(i: int, n: int) -> tuple[int, str] | None:
         gram = tuple(words[i : i + n])
-        if len(gram) != n or gram not in ngrams.grams:
+        if len(gram) != n or not ngrams.holds(gram):
             return None
         start = next(itertools.islice(_WORD.finditer(lower), i, None)).start()  # only for a match
         return start, " ".join(gram)
 
-    firsts, heads, shortest = ngrams.firsts, ngrams.heads, ngrams.lengths[0]
-    for i in [i for i, pair in enumerate(zip(words[: last + 1], words[1 : last + 2])) if pair in firsts]:
-        if tuple(words[i : i + shortest]) in heads:  # every n-gram is at least `shortest` words long
+    # The scan's first part reads the positions of zip(words[:last + 1], words[1:last + 2]), as the reference's.
+    positions = range(len(words))
+    scanned = min(len(positions[: last + 1]), len(positions[1 : last + 2]))
+    for i in hits.tolist():
+        if i >= scanned:
+            break
+        if (words[i], words[i + 1]) in ngrams.firsts and tuple(words[i : i + shortest]) in ngrams.heads:
             for n in (max_ngram, *ngrams.lengths):
                 if found := at(i, n):
                     return found
     if last > 0:
         for n in ngrams.lengths:
             if n != max_ngram:
-                for i in range(last, len(words) - n + 1):
+                for i in hits[(hits >= last) & (hits <= len(words) - n)].tolist():
                     if found := at(i, n):
                         return found
     return None
@@ -130,18 +196,37 @@ def found_in(text: str, ngrams: EvalNgrams, max_ngram: int) -> set[str]:
     return found
 
 
-def count_matches(shard: Path, ngrams: EvalNgrams, max_ngram: int, max_document_bytes: int = 0) -> Counter:
-    """Pass 1 on one shard: in how many of its documents each evaluation n-gram is found."""
+@dataclass
+class ShardCounts:
+    """Pass 1 on one shard: in how many of its documents each evaluation n-gram is found, and the ids of the
+    documents where any is (pass 2 cuts a subset of those n-grams, so it reads only these)."""
+
+    counts: Counter
+    matched: set[str]
+
+
+def count_matches(shard: Path, ngrams: EvalNgrams, max_ngram: int, max_document_bytes: int = 0) -> ShardCounts:
+    """Pass 1 on one shard."""
     counts: Counter = Counter()
+    matched: set[str] = set()
     for row, bad in iter_documents(shard, max_document_bytes):
-        if not bad:
-            counts.update(found_in(row["text"] or "", ngrams, max_ngram))
-    return counts
+        if not bad and (found := found_in(row["text"] or "", ngrams, max_ngram)):
+            counts.update(found)
+            matched.add(row["id"])
+    return ShardCounts(counts, matched)
 
 
-def write_counts(counts: Counter, path: Path) -> None:
+def write_counts(counts: ShardCounts, path: Path) -> None:
     """One shard's pass-1 counts, for the step that adds them up (n-grams as space-joined words)."""
-    write_json({"counts": dict(sorted(counts.items()))}, path)
+    write_json({"counts": dict(sorted(counts.counts.items())), "matched": sorted(counts.matched)}, path)
+
+
+def read_matched(path: Path) -> set[str] | None:
+    """The ids of the documents pass 1 found an n-gram in (None from a record that does not say)."""
+    record = read_json_record(path, "count that shard again")
+    if record is None:
+        raise TextmillError(f"{path} is missing or damaged; count that shard again")
+    return set(record["matched"]) if "matched" in record else None
 
 
 def add_counts(paths: Iterable[Path]) -> Counter:
@@ -192,11 +277,14 @@ TOUCHED_LISTED = 20  # documents a shard's manifest names among those the cuts t
 
 
 def decontaminate_shard(shard: Path, output: Path, ngrams: EvalNgrams, cfg: DecontaminateConfig,
-                        max_document_bytes: int = 0) -> dict:
-    """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1."""
+                        max_document_bytes: int = 0, matched: set[str] | None = None) -> dict:
+    """Pass 2 on one shard; `ngrams` holds only the n-grams selected by pass 1, `matched` the ids of the
+    documents pass 1 found any n-gram in (the others are kept unread; None reads all)."""
     stats = {"documents_touched": 0, "characters_removed": 0, "touched": []}
 
     def decide(row: dict) -> Verdict:
+        if matched is not None and row["id"] not in matched:
+            return row, None
         text = row["text"] or ""
         pieces = clean_pieces(text, ngrams, cfg)
         if pieces is None:
@@ -243,5 +331,4 @@ def read_selected(path: Path, cfg: DecontaminateConfig) -> EvalNgrams:
     record = read_json_record(path, "select the n-grams again")
     if record is None or "frequent" not in record:
         raise TextmillError(f"{path} is missing or damaged; select the n-grams again")
-    frequent = {tuple(g.split(" ")) for g in record["frequent"]}
-    return EvalNgrams.build(g for g in eval_ngrams(cfg.eval_files, cfg).grams if g not in frequent)
+    return eval_ngrams(cfg.eval_files, cfg).without(tuple(g.split(" ")) for g in record["frequent"])

@@ -12,9 +12,22 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from functools import lru_cache
 
 import numpy as np
+
+_WORD_RUN = re.compile(r"\w+")
+# In ASCII text, every character \w does not match (all but letters, digits and "_") made a space.
+_ASCII_NON_WORD = {i: " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
+
+
+def word_runs(text: str) -> list[str]:
+    """re.findall(r"\w+", text); for ASCII text by str.translate and str.split (in C), about 2.5x faster."""
+    if text.isascii():
+        return text.translate(_ASCII_NON_WORD).split()
+    return _WORD_RUN.findall(text)
+
 
 _BASE = 0x100000001B3  # odd: multiplying by a power of it is a bijection of 64-bit values
 _MASK = (1 << 64) - 1

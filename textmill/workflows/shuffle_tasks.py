@@ -291,7 +291,8 @@ class DecontaminateShard(RunTask):
         return Decontaminate(self.config).shard_count()
 
     def requires(self):
-        return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config)}
+        return {"selected": DecontaminateSelect(self.config), "shuffled": shuffled(self.config),
+                "counts": DecontaminateCount(self.config, self.part)}
 
     def own_folder(self) -> Path:
         return self.input_of("selected").folder
@@ -301,12 +302,12 @@ class DecontaminateShard(RunTask):
         return ShardTarget(shard, manifest_path(shard))
 
     def make(self):
-        from textmill.pipeline.decontaminate import decontaminate_shard, read_selected
+        from textmill.pipeline.decontaminate import decontaminate_shard, read_matched, read_selected
 
         given, cfg = self.input(), self.settings.decontaminate
         chosen = read_selected(given["selected"].local(), cfg)
         decontaminate_shard(given["shuffled"].local_shard(self.part), self.output().shard, chosen, cfg,
-                            self.settings.input.max_document_bytes)
+                            self.settings.input.max_document_bytes, read_matched(given["counts"].local()))
 
 
 class Decontaminate(PerShuffledShard):

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from textmill.demo.synthweb import corpus_documents
-from textmill.pipeline.word_ngrams import WordIds
+from textmill.pipeline.word_ngrams import WordIds, word_runs
 from textmill.pipeline.words import iter_words, split_words
 
 
@@ -86,3 +86,12 @@ def test_a_document_too_long_to_pack_four_ids_in_one_integer_counts_the_same():
     words = [rng.choice(["the", "river", "a", "mayor", "opened"]) + str(rng.randrange(40)) for _ in range(60_000)]
     assert len(words) ** 4 >= 1 << 63  # the 4-gram keys are renumbered before the last word is packed in
     assert WordIds(words).top_gram_chars(4) == top_ngram_chars(words, 4)
+
+
+def test_word_runs_are_the_regex_runs():
+    import re
+
+    texts = [d["text"] for d in corpus_documents(4, 50)] + ["a_b c-d\te\x1cf\x7fg", "naïve café_au-lait 12.5", ""]
+    texts += ["".join(map(chr, range(128))), "x" + "".join(map(chr, range(128, 400)))]
+    for text in texts:
+        assert word_runs(text) == re.findall(r"\w+", text)

@@ -1,0 +1,271 @@
+"""The corpus stages' per-document work: this checkout against an earlier textmill (--against REV) and beside
+datatrove, on one generated corpus, with the verdicts compared and a profile split.
+
+    python benchmarks/bench_chain.py [--documents 5000] [--rounds 3] [--against REV] [--workers 1 2]
+                                     [--stages quality decontaminate dedup clean] [--no-datatrove] [--profile]
+
+The corpus: --documents generated documents (textmill.demo.synthweb.corpus_documents, seed 1: articles of
+real-ish prose, near-duplicate and case-changed copies, boilerplate-repeating and list pages, short notes,
+French, German and Spanish pages, LAMBADA passages planted in some articles), in 10 JSON-lines files. Each
+stage runs as `textmill <stage>` runs it (workflows.commands.run_stage, Luigi included) on that corpus alone,
+in a fresh process per variant and round; variants are interleaved (REV, this checkout, datatrove, then
+again) so a busy spell of the shared machine hits each alike; the fastest of --rounds counts. REV runs from a
+git worktree of that revision with this script. Settings: quality --preset gopher; decontaminate against
+tests/data/lambada_test.jsonl; dedup and clean their defaults.
+
+datatrove 0.10 (the test extra) runs the same Gopher filters (GopherRepetitionFilter, GopherQualityFilter) and
+its MinHash deduplication (signatures, buckets, clusters, filter: 14 buckets of 8 hashes, its defaults; sha1
+shingle hashes, as its default xxhash fails with xxhash 4: "Strings must be encoded before hashing") on the
+same files with as many tasks as workers. Its decontamination (NGramsDecontFilter) and language filter fetch
+their data from the Hugging Face hub, which this benchmark does not reach: those cells stay empty.
+
+Verdicts: each document's (kept or reason, sha1 of the kept text) per stage; the table counts the documents
+whose verdict differs from REV's, and for quality the documents datatrove keeps and textmill rejects or the
+other way round. --profile runs this checkout's stages once more under cProfile (1 worker) and splits the
+time by where the code lives: textmill's own Python, libraries (numpy, pyarrow, ftfy, fastText, ...), C
+built-ins (str, re, dict, json, zlib, hashlib), Luigi and the standard library. cProfile charges every Python
+call, so Python-heavy code looks heavier than it is: the textmill share is an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAMBADA = ROOT / "tests" / "data" / "lambada_test.jsonl"
+FILES = 10
+
+
+def write_corpus(folder: Path, documents: int) -> Path:
+    from textmill.demo.synthweb import corpus_documents
+
+    planted = tuple(json.loads(line)["text"] for line in LAMBADA.read_text().splitlines()[:50])
+    folder.mkdir(parents=True)
+    rows = list(corpus_documents(1, documents, planted))
+    for k in range(FILES):
+        with open(folder / f"part-{k:02d}.jsonl", "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows[k::FILES])
+    return folder
+
+
+def verdicts(folder: Path) -> dict[str, list]:
+    """id -> [reason or "kept", sha1 of its text] for every row a stage left in `folder`."""
+    import pyarrow.parquet as pq
+
+    seen: dict[str, list] = {}
+    for path in sorted(folder.glob("*.parquet")) + sorted(folder.glob(".rejects/*.parquet")):
+        table = pq.read_table(path).to_pylist()
+        for row in table:
+            seen[row["id"]] = [row.get("reason") or "kept", hashlib.sha1((row["text"] or "").encode()).hexdigest()[:12]]
+    return seen
+
+
+def textmill_stage(stage: str, corpus: Path, out: Path, workers: int) -> float:
+    from textmill.pipeline.stage_configs import CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig
+    from textmill.workflows.commands import run_stage
+
+    settings = {"quality": {"quality": QualityConfig(preset="gopher")}, "dedup": {"dedup": DedupConfig()},
+                "decontaminate": {"decontaminate": DecontaminateConfig(eval_files=(LAMBADA,))},
+                "clean": {"clean": CleanConfig()}}[stage]
+    started = time.perf_counter()
+    run_stage(stage, [str(corpus)], out, settings, workers)
+    return time.perf_counter() - started
+
+
+def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float | None:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+
+    def reader():
+        return JsonlReader(str(corpus), glob_pattern="*.jsonl", id_key="id")
+
+    def run(pipeline, tasks, name, depends=None):
+        return LocalPipelineExecutor(pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=str(out / "logs" / name),
+                                     skip_completed=False, depends=depends)
+
+    started = time.perf_counter()
+    if stage == "quality":
+        from datatrove.pipeline.filters import GopherQualityFilter, GopherRepetitionFilter
+
+        run([reader(), GopherRepetitionFilter(exclusion_writer=JsonlWriter(str(out / "rejected"))),
+             GopherQualityFilter(exclusion_writer=JsonlWriter(str(out / "rejected"))), JsonlWriter(str(out / "kept"))],
+            FILES, "quality").run()
+    elif stage == "dedup":
+        from datatrove.pipeline.dedup import MinhashDedupSignature
+        from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
+                                                      MinhashDedupFilter)
+
+        from datatrove.utils.hashing import HashConfig
+
+        config = MinhashConfig(hash_config=HashConfig(hash_fc="sha1"))  # its xxhash path passes str to xxhash 4
+        signatures = run([reader(), MinhashDedupSignature(str(out / "signatures"), config=config)], FILES, "signatures")
+        buckets = run([MinhashDedupBuckets(str(out / "signatures"), str(out / "buckets"), config=config)],
+                      config.num_buckets, "buckets", signatures)
+        clusters = run([MinhashDedupCluster(str(out / "buckets"), str(out / "remove"), config=config)], 1, "clusters",
+                       buckets)
+        run([reader(), MinhashDedupFilter(str(out / "remove")), JsonlWriter(str(out / "kept"))], FILES, "filter",
+            clusters).run()
+    else:
+        return None
+    return time.perf_counter() - started
+
+
+def datatrove_kept(out: Path) -> set[str]:
+    import gzip
+
+    return {json.loads(line)["id"] for path in (out / "kept").glob("*.jsonl.gz") for line in gzip.open(path, "rt")}
+
+
+def child(args) -> None:
+    """One variant's stages in this process; prints {stage: {"seconds", ...}} as one JSON line."""
+    corpus, out = Path(args.corpus), Path(args.out)
+    result = {}
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    for stage in args.stages:
+        folder = out / stage
+        if args.variant == "datatrove":
+            seconds = datatrove_stage(stage, corpus, folder, args.workers[0])
+            result[stage] = None if seconds is None else {
+                "seconds": seconds, "kept": sorted(datatrove_kept(folder)) if stage == "quality" else None}
+        else:
+            seconds = textmill_stage(stage, corpus, folder, args.workers[0])
+            result[stage] = {"seconds": seconds, "verdicts": verdicts(folder)}
+    if profiler:
+        profiler.disable()
+        result["profile"] = profile_split(profiler)
+    print(json.dumps(result))
+
+
+def profile_split(profiler) -> dict[str, float]:
+    """Seconds of own time (cProfile's tottime) by where the code lives."""
+    import pstats
+
+    split: dict[str, float] = {}
+    for (file, _, _), (_, _, own, _, _) in pstats.Stats(profiler).stats.items():
+        if file == "~":
+            kind = "C built-ins"
+        elif "/site-packages/luigi/" in file:
+            kind = "Luigi"
+        elif "/site-packages/" in file:
+            kind = "libraries"
+        elif f"{os.sep}textmill{os.sep}" in file and "/benchmarks/" not in file:
+            kind = "textmill Python"
+        else:
+            kind = "standard library"
+        split[kind] = split.get(kind, 0.0) + own
+    return split
+
+
+def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[str], workers: int,
+              profile: bool = False) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--variant", variant, "--corpus", str(corpus),
+               "--out", str(out), "--workers", str(workers), "--stages", *stages] + (["--profile"] if profile else [])
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{variant} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", type=int, default=5000, help="generated documents in the corpus")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each variant; the fastest counts")
+    parser.add_argument("--against", help="an earlier revision of textmill (git) to time beside this checkout")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts (textmill and datatrove)")
+    parser.add_argument("--stages", nargs="+", default=["quality", "decontaminate", "dedup", "clean"],
+                        choices=["quality", "decontaminate", "dedup", "clean"], help="the stages timed")
+    parser.add_argument("--no-datatrove", action="store_true", help="leave datatrove out")
+    parser.add_argument("--profile", action="store_true", help="split this checkout's time by where the code lives")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-chain-"))
+    try:
+        corpus = write_corpus(tmp / "corpus", args.documents)
+        variants = {"this checkout": ROOT}
+        if args.against:
+            worktree = tmp / "against"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(worktree), args.against],
+                           check=True, capture_output=True)
+            variants = {args.against: worktree, **variants}
+        if not args.no_datatrove:
+            variants["datatrove"] = ROOT
+        best: dict[tuple, float] = {}
+        seen: dict[tuple, dict] = {}
+        for round_ in range(args.rounds):
+            for workers in args.workers:
+                for name, root in variants.items():
+                    out = tmp / f"run-{round_}-{workers}-{len(seen)}"
+                    out.mkdir()
+                    result = run_child("datatrove" if name == "datatrove" else "textmill", root, corpus, out,
+                                       args.stages, workers)
+                    for stage, r in result.items():
+                        if r is not None:
+                            key = (name, workers, stage)
+                            best[key] = min(best.get(key, float("inf")), r["seconds"])
+                            seen[key] = r
+                    shutil.rmtree(out)
+                    print(f"  round {round_ + 1}, {workers} worker(s), {name}: "
+                          + ", ".join(f"{s} {r['seconds']:.2f} s" for s, r in result.items() if r), flush=True)
+        report(args, variants, best, seen)
+        if args.profile:
+            out = tmp / "profile"
+            out.mkdir()
+            split = run_child("textmill", ROOT, corpus, out, args.stages, 1, profile=True)["profile"]
+            total = sum(split.values())
+            print(f"\nProfile of this checkout's {', '.join(args.stages)} (cProfile own time, 1 worker, {total:.1f} s):")
+            for kind, seconds in sorted(split.items(), key=lambda kv: -kv[1]):
+                print(f"  {kind:18} {seconds:7.2f} s  {seconds / total:6.1%}")
+    finally:
+        if args.against:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "against")],
+                           capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(args, variants: dict, best: dict, seen: dict) -> None:
+    print(f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"{args.documents} documents; fastest of {args.rounds} interleaved rounds")
+    names = list(variants)
+    print("| stage | workers | " + " | ".join(f"{n} (s)" for n in names) + " | speed-up | verdicts differing |")
+    print("|---|---|" + "---|" * (len(names) + 2))
+    for stage in args.stages:
+        for workers in args.workers:
+            cells = [f"{best[(n, workers, stage)]:.2f}" if (n, workers, stage) in best else "not run" for n in names]
+            speedup, differing = "", ""
+            if args.against and (args.against, workers, stage) in best:
+                speedup = f"{best[(args.against, workers, stage)] / best[('this checkout', workers, stage)]:.2f}x"
+                old, new = seen[(args.against, workers, stage)]["verdicts"], seen[("this checkout", workers, stage)]["verdicts"]
+                differing = str(sum(old.get(i) != new.get(i) for i in set(old) | set(new)))
+            if stage == "quality" and ("datatrove", workers, stage) in seen:
+                ours = {i for i, (verdict, _) in seen[("this checkout", workers, stage)]["verdicts"].items() if verdict == "kept"}
+                theirs = set(seen[("datatrove", workers, stage)]["kept"])
+                differing += f" (datatrove: {len(ours ^ theirs)} of {args.documents} kept by one only)"
+            print(f"| {stage} | {workers} | " + " | ".join(cells) + f" | {speedup} | {differing} |")
+
+
+if __name__ == "__main__":
+    main()
