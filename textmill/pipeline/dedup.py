@@ -36,6 +36,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -47,7 +48,7 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, read_json, write_json
 from textmill.io.progress import progress
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shingles import shingle_hashes, words_hash
+from textmill.pipeline.shingles import shingle_chunks, words_hash
 from textmill.pipeline.shards import write_table
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DedupConfig
@@ -56,10 +57,9 @@ STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (
 
 
 
-# MinHash as datasketch (>= 2.0) computes it with scheme="affine32" and as hashfunc the shingle's hash
-# (shingles.py: for word shingles, from their words' hashes; for character shingles, zlib.crc32), the same
-# values (tests/unit/pipeline/test_dedup.py compares them), written out so that a worker does not import
-# datasketch, which imports scipy (0.4 s a process, more than a unit of short documents costs).
+# MinHash as datasketch (>= 2.0) computes it with scheme="affine32" and hashfunc=zlib.crc32, the same values
+# (tests/unit/pipeline/test_dedup.py compares them), written out so that a worker does not import datasketch,
+# which imports scipy (0.4 s a process, more than a unit of short documents costs).
 _UINT32_MAX = np.uint32(0xFFFFFFFF)
 
 
@@ -87,15 +87,14 @@ def signature(text: str, cfg: DedupConfig) -> np.ndarray:
     shingles' hashes, the least value (uint32 arithmetic wraps, which is the mod 2**32)."""
     a, b = _permutations(cfg.num_perm, cfg.seed)
     values = np.full(cfg.num_perm, _UINT32_MAX, dtype=np.uint32)
-    for chunk in shingle_hashes(text, cfg.shingle_size, cfg.shingle_unit):
-        hashes = _fmix32(chunk)
+    for chunk in shingle_chunks(text, cfg.shingle_size, cfg.shingle_unit):
+        hashes = _fmix32(np.fromiter(map(zlib.crc32, chunk), dtype=np.uint32, count=len(chunk)))
         np.minimum(values, (hashes[:, None] * a + b).min(axis=0), out=values)
     return values
 
 
 def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:
     made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"], "words_hash": "blake2b-128",
-                 "shingle_hash": "crc32" if cfg.shingle_unit == "char" else "blake2b-64-words-poly64",
                  "max_document_bytes": max_document_bytes}
     meta = {b"textmill.minhash": json.dumps(made_from, sort_keys=True).encode()}
     return pa.schema([("id", pa.string()), ("signature", pa.list_(pa.uint32(), cfg.num_perm)),
