@@ -141,7 +141,7 @@ def gopher_repetition(text: str, words: WordIds, cfg: QualityConfig) -> str | No
         if most and words.top_gram_chars(n) / len(text) > most:
             return f"top_{n}gram_chars"
     for n, most in zip(count(5), cfg.max_duplicate_ngram_chars):
-        if most and words.duplicate_spelled_chars(n) / len(text) > most:
+        if most and words.duplicate_spelled_chars(n, most * len(text)) / len(text) > most:
             return f"duplicate_{n}gram_chars"
     return None
 

@@ -23,7 +23,7 @@ _ASCII_NON_WORD = {i: " " for i in range(128) if not (chr(i).isalnum() or chr(i)
 
 
 def word_runs(text: str) -> list[str]:
-    """re.findall(r"\w+", text); for ASCII text by str.translate and str.split (in C), about 2.5x faster."""
+    """re.findall(r"\\w+", text); for ASCII text by str.translate and str.split (in C), about 2.5x faster."""
     if text.isascii():
         return text.translate(_ASCII_NON_WORD).split()
     return _WORD_RUN.findall(text)
@@ -44,7 +44,8 @@ def spelled_hash(word: str) -> tuple[int, int]:
 
 
 class WordIds:
-    """The words of one document, with their ids and lengths as arrays."""
+    """The words of one document, with their ids and lengths as arrays. The rules ask for n-grams in rising n,
+    so only the latest n-gram arrays are kept (a document of millions of words holds a few arrays at once)."""
 
     def __init__(self, words: list[str]):
         self.words = words
@@ -52,9 +53,9 @@ class WordIds:
         # map() and dict.setdefault run in C: a word's id is the counter's value where it first occurs
         self.ids = np.fromiter(map(first.setdefault, words, itertools.count()), np.int64, len(words))
         self.first = first  # each distinct word -> its id
-        self.lengths = np.fromiter(map(len, words), np.int64, len(words))
-        self._grams = {1: self.ids}
-        self._spelled: dict[int, np.ndarray] = {}
+        self.lengths = np.fromiter(map(len, words), np.int32, len(words))
+        self._keys: tuple[int, np.ndarray] = (1, self.ids)
+        self._spelled: tuple[int, np.ndarray] | None = None
 
     def distinct_counts(self) -> tuple[list[str], np.ndarray]:
         """The distinct words (in order of first occurrence) and how often each occurs."""
@@ -65,12 +66,14 @@ class WordIds:
         """A key for the n-gram at each position 0 .. len - n, equal exactly when the word tuples are: the ids
         packed into one int64 while they fit (len ** n < 2 ** 63), else the (n-1)-grams' keys renumbered
         (np.unique) and paired with the next word's id."""
-        if n not in self._grams:
-            shorter, size = self.gram_keys(n - 1), len(self.words)
-            if size ** n >= 1 << 63:
-                shorter = np.unique(shorter, return_inverse=True)[1].astype(np.int64)
-            self._grams[n] = shorter[:-1] * size + self.ids[n - 1 :]
-        return self._grams[n]
+        have, keys = self._keys if self._keys[0] <= n else (1, self.ids)
+        size = len(self.words)
+        for m in range(have + 1, n + 1):
+            if size ** m >= 1 << 63:
+                keys = np.unique(keys, return_inverse=True)[1].astype(np.int64)
+            keys = keys[:-1] * size + self.ids[m - 1 :]
+        self._keys = (n, keys)
+        return keys
 
     def spelled_chars(self, start: int, n: int) -> int:
         """Characters of the n words from `start`, without separators."""
@@ -88,34 +91,35 @@ class WordIds:
 
     def spelled_hashes(self, n: int) -> np.ndarray:
         """The polynomial hash of the n words spelled together (no separators), at each position: the
-        (n-1)-words' hash times the next word's power, plus its hash."""
-        if n not in self._spelled:
-            if n == 1:
-                pairs = [spelled_hash(w) for w in self.first]
-                at = np.fromiter(self.first.values(), np.int64, len(self.first))
-                word_hash, word_power = np.zeros(len(self.words), np.uint64), np.zeros(len(self.words), np.uint64)
-                word_hash[at] = np.fromiter((h for h, _ in pairs), np.uint64, len(pairs))
-                word_power[at] = np.fromiter((p for _, p in pairs), np.uint64, len(pairs))
-                self._spelled[1], self._powers = word_hash[self.ids], word_power[self.ids]
-            else:
-                shorter = self.spelled_hashes(n - 1)
-                self._spelled[n] = shorter[:-1] * self._powers[n - 1 :] + self._spelled[1][n - 1 :]
-        return self._spelled[n]
+        (n-1)-words' hash times the next word's power, plus its hash (each word's looked up by its id)."""
+        if self._spelled is None or self._spelled[0] > n:
+            pairs = [spelled_hash(w) for w in self.first]
+            at = np.fromiter(self.first.values(), np.int64, len(self.first))
+            self._word_hash, self._word_power = np.zeros(len(self.words), np.uint64), np.zeros(len(self.words), np.uint64)
+            self._word_hash[at] = np.fromiter((h for h, _ in pairs), np.uint64, len(pairs))
+            self._word_power[at] = np.fromiter((p for _, p in pairs), np.uint64, len(pairs))
+            self._spelled = (1, self._word_hash[self.ids])
+        have, spelled = self._spelled
+        for m in range(have + 1, n + 1):
+            following = self.ids[m - 1 :]
+            spelled = spelled[:-1] * self._word_power[following] + self._word_hash[following]
+        self._spelled = (n, spelled)
+        return spelled
 
-    def duplicate_spelled_chars(self, n: int) -> int:
+    def duplicate_spelled_chars(self, n: int, enough: float = float("inf")) -> int:
         """Characters of n-grams (words joined without spaces) that repeat an earlier one, read left to
         right; after a repeat the reading goes on past it (the n - 1 positions inside are not read, nor
-        remembered), so no character counts twice."""
+        remembered), so no character counts twice. The count stops once it is over `enough` (a rule's
+        threshold: a document of millions of repeats is decided after the first few)."""
         if len(self.words) < n:
             return 0
         spelled = self.spelled_hashes(n)
         ordered = np.sort(spelled)
         if not (ordered[1:] == ordered[:-1]).any():  # most documents: no n-gram spelled twice
             return 0
+        del ordered
         _, first, group = np.unique(spelled, return_index=True, return_inverse=True)
-        candidates = np.flatnonzero(first[group] < np.arange(len(spelled)))  # a hash seen before
-        if not len(candidates):
-            return 0
+        candidates = np.flatnonzero(first[group] != np.arange(len(spelled)))  # a hash seen before
         repeats: list[int] = []  # positions read as repeats; each hides the n - 1 positions after it
 
         def read(position: int) -> bool:
@@ -127,12 +131,15 @@ class WordIds:
 
         occurrences: dict[int, list[int]] = {}  # hash group -> its positions so far
         chars = 0
-        for j in candidates.tolist():
-            earlier = occurrences.setdefault(int(group[j]), [int(first[group[j]])])
-            if read(j):
-                text = spelled_at(j)
-                if any(read(k) and spelled_at(k) == text for k in earlier):
-                    repeats.append(j)
-                    chars += len(text)
-            earlier.append(j)
+        for start in range(0, len(candidates), 1 << 16):  # a block of positions at a time as Python ints
+            for j in candidates[start : start + (1 << 16)].tolist():
+                earlier = occurrences.setdefault(int(group[j]), [int(first[group[j]])])
+                if read(j):
+                    text = spelled_at(j)
+                    if any(read(k) and spelled_at(k) == text for k in earlier):
+                        repeats.append(j)
+                        chars += len(text)
+                        if chars > enough:
+                            return chars
+                earlier.append(j)
         return chars

@@ -95,3 +95,13 @@ def test_word_runs_are_the_regex_runs():
     texts += ["".join(map(chr, range(128))), "x" + "".join(map(chr, range(128, 400)))]
     for text in texts:
         assert word_runs(text) == re.findall(r"\w+", text)
+
+
+def test_a_count_stopped_past_enough_decides_as_the_whole_count():
+    rng = random.Random(9)
+    for _ in range(300):
+        words = repetitive(rng)
+        for n in (2, 3, 5):
+            whole = duplicate_ngram_chars(words, n)
+            for enough in (0, 1, 3, 7, whole - 1, whole):
+                assert (WordIds(words).duplicate_spelled_chars(n, enough) > enough) == (whole > enough), (words, n)
