@@ -73,7 +73,9 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
 def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):
     """Ctrl-C reaches the whole process group, the extraction processes too: the command says it was interrupted
     in one line, and they leave without a word (they printed KeyboardInterrupt and BrokenPipeError tracebacks)."""
-    web = synthweb.build_web(seed=3, articles=40, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    # 200 pages at 0.3 s each, 2 at a time: 30 s of fetching at least, so the Ctrl-C after the fourth page lands
+    # mid-scrape however busy the machine (with 40, a scrape on a loaded machine finished first).
+    web = synthweb.build_web(seed=3, articles=200, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
     with synthweb.serve(web, latency_s=0.3) as srv:
         base = synthweb.base_url(srv)
         shard = url_shard(tmp_path, [base + p for p in web.url_paths])
