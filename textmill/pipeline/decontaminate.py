@@ -20,7 +20,6 @@ at its cuts (the reference's pieces after the first begin with the space after a
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -35,10 +34,7 @@ from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_reco
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DecontaminateConfig
-from textmill.pipeline.word_ngrams import word_runs
-
-_WORD = re.compile(r"\w+")
-
+from textmill.pipeline.word_ngrams import WORD_RUN, word_runs
 
 @dataclass(frozen=True)
 class EvalNgrams:
@@ -46,7 +42,8 @@ class EvalNgrams:
     `heads` the first words of the shortest length. Every evaluation word has an id in `vocabulary` (from 1;
     0 is a word no evaluation text has), and `head_keys` holds the hashes of the heads as ids, `head_bits`
     their top HEAD_BITS bits as a table: a training document's windows are hashed all at once (numpy), looked
-    up in the table, the few it lets through in the set, and only where a hash is a head's are words compared. `excluded` n-grams are not matched (pass 2 leaves out the frequent ones without rebuilding)."""
+    up in the table, the few it lets through in the set, and only where a hash is a head's are words compared.
+    `excluded` n-grams are not matched (pass 2 leaves out the frequent ones without rebuilding)."""
 
     grams: set[tuple[str, ...]]
     lengths: list[int]
@@ -162,7 +159,7 @@ def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str
         gram = tuple(words[i : i + n])
         if len(gram) != n or not ngrams.holds(gram):
             return None
-        start = next(itertools.islice(_WORD.finditer(lower), i, None)).start()  # only for a match
+        start = next(itertools.islice(WORD_RUN.finditer(lower), i, None)).start()  # only for a match
         return start, " ".join(gram)
 
     # The scan's first part reads the positions of zip(words[:last + 1], words[1:last + 2]), as the reference's.
@@ -221,21 +218,24 @@ def write_counts(counts: ShardCounts, path: Path) -> None:
     write_json({"counts": dict(sorted(counts.counts.items())), "matched": sorted(counts.matched)}, path)
 
 
-def read_matched(path: Path) -> set[str] | None:
-    """The ids of the documents pass 1 found an n-gram in (None from a record that does not say)."""
+def read_counts(path: Path) -> dict:
+    """One shard's pass-1 record (write_counts); a missing or damaged one is an error."""
     record = read_json_record(path, "count that shard again")
     if record is None:
         raise TextmillError(f"{path} is missing or damaged; count that shard again")
+    return record
+
+
+def read_matched(path: Path) -> set[str] | None:
+    """The ids of the documents pass 1 found an n-gram in (None from a record that does not say)."""
+    record = read_counts(path)
     return set(record["matched"]) if "matched" in record else None
 
 
 def add_counts(paths: Iterable[Path]) -> Counter:
     total: Counter = Counter()
     for path in paths:
-        record = read_json_record(path, "count that shard again")
-        if record is None:
-            raise TextmillError(f"{path} is missing or damaged; count that shard again")
-        total.update({sys.intern(g): c for g, c in record["counts"].items()})
+        total.update({sys.intern(g): c for g, c in read_counts(path)["counts"].items()})
     return total
 
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-_WORD_RUN = re.compile(r"\w+")
+WORD_RUN = re.compile(r"\w+")
 # In ASCII text, every character \w does not match (all but letters, digits and "_") made a space.
 _ASCII_NON_WORD = {i: " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
 
@@ -26,7 +26,7 @@ def word_runs(text: str) -> list[str]:
     """re.findall(r"\\w+", text); for ASCII text by str.translate and str.split (in C), about 2.5x faster."""
     if text.isascii():
         return text.translate(_ASCII_NON_WORD).split()
-    return _WORD_RUN.findall(text)
+    return WORD_RUN.findall(text)
 
 
 _BASE = 0x100000001B3  # odd: multiplying by a power of it is a bijection of 64-bit values
