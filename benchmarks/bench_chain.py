@@ -1,12 +1,12 @@
 """The corpus stages' per-document work: this checkout against an earlier textmill (--against REV) and beside
 datatrove, on one generated corpus, with the verdicts compared and a profile split.
 
-    python benchmarks/bench_chain.py [--documents 5000] [--rounds 3] [--against REV] [--workers 1 2]
+    python benchmarks/bench_chain.py [--documents 5000] [--files 10] [--rounds 3] [--against REV] [--workers 1 2]
                                      [--stages quality decontaminate dedup clean] [--no-datatrove] [--profile]
 
 The corpus: --documents generated documents (textmill.demo.synthweb.corpus_documents, seed 1: articles of
 real-ish prose, near-duplicate and case-changed copies, boilerplate-repeating and list pages, short notes,
-French, German and Spanish pages, LAMBADA passages planted in some articles), in 10 JSON-lines files. Each
+French, German and Spanish pages, LAMBADA passages planted in some articles), in --files JSON-lines files. Each
 stage runs as `textmill <stage>` runs it (workflows.commands.run_stage, Luigi included) on that corpus alone,
 in a fresh process per variant and round; variants are interleaved (REV, this checkout, datatrove, then
 again) so a busy spell of the shared machine hits each alike; the fastest of --rounds counts. REV runs from a
@@ -44,18 +44,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAMBADA = ROOT / "tests" / "data" / "lambada_test.jsonl"
-FILES = 10
 
 
-def write_corpus(folder: Path, documents: int) -> Path:
+def write_corpus(folder: Path, documents: int, files: int) -> Path:
     from textmill.demo.synthweb import corpus_documents
 
     planted = tuple(json.loads(line)["text"] for line in LAMBADA.read_text().splitlines()[:50])
     folder.mkdir(parents=True)
     rows = list(corpus_documents(1, documents, planted))
-    for k in range(FILES):
+    for k in range(files):
         with open(folder / f"part-{k:02d}.jsonl", "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows[k::FILES])
+            f.writelines(json.dumps(row) + "\n" for row in rows[k::files])
     return folder
 
 
@@ -84,6 +83,7 @@ def textmill_stage(stage: str, corpus: Path, out: Path, workers: int) -> float:
 
 
 def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float | None:
+    files = len(list(corpus.glob("*.jsonl")))  # datatrove shares out whole files
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import JsonlReader
     from datatrove.pipeline.writers import JsonlWriter
@@ -101,7 +101,7 @@ def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float 
 
         run([reader(), GopherRepetitionFilter(exclusion_writer=JsonlWriter(str(out / "rejected"))),
              GopherQualityFilter(exclusion_writer=JsonlWriter(str(out / "rejected"))), JsonlWriter(str(out / "kept"))],
-            FILES, "quality").run()
+            files, "quality").run()
     elif stage == "dedup":
         from datatrove.pipeline.dedup import MinhashDedupSignature
         from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
@@ -110,12 +110,12 @@ def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float 
         from datatrove.utils.hashing import HashConfig
 
         config = MinhashConfig(hash_config=HashConfig(hash_fc="sha1"))  # its xxhash path passes str to xxhash 4
-        signatures = run([reader(), MinhashDedupSignature(str(out / "signatures"), config=config)], FILES, "signatures")
+        signatures = run([reader(), MinhashDedupSignature(str(out / "signatures"), config=config)], files, "signatures")
         buckets = run([MinhashDedupBuckets(str(out / "signatures"), str(out / "buckets"), config=config)],
                       config.num_buckets, "buckets", signatures)
         clusters = run([MinhashDedupCluster(str(out / "buckets"), str(out / "remove"), config=config)], 1, "clusters",
                        buckets)
-        run([reader(), MinhashDedupFilter(str(out / "remove")), JsonlWriter(str(out / "kept"))], FILES, "filter",
+        run([reader(), MinhashDedupFilter(str(out / "remove")), JsonlWriter(str(out / "kept"))], files, "filter",
             clusters).run()
     else:
         return None
@@ -187,6 +187,8 @@ def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=5000, help="generated documents in the corpus")
+    parser.add_argument("--files", type=int, default=10, help="JSON-lines files the corpus is written as (1: one big "
+                        "file, which textmill cuts into units of [input] documents_per_shard and datatrove does not cut)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each variant; the fastest counts")
     parser.add_argument("--against", help="an earlier revision of textmill (git) to time beside this checkout")
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts (textmill and datatrove)")
@@ -204,7 +206,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-chain-"))
     try:
-        corpus = write_corpus(tmp / "corpus", args.documents)
+        corpus = write_corpus(tmp / "corpus", args.documents, args.files)
         variants = {"this checkout": ROOT}
         if args.against:
             worktree = tmp / "against"
