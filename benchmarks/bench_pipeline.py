@@ -26,7 +26,8 @@ from datasketch import MinHash
 from textmill.demo import synthweb
 from textmill.pipeline.blacklist import BlacklistConfig
 from textmill.pipeline.clean import CleanConfig, approx_token_count, clean_document
-from textmill.pipeline.dedup import DedupConfig, signature
+from textmill.pipeline.minhash import MinHasher
+from textmill.pipeline.stage_configs import DedupConfig
 from textmill.pipeline.shingles import shingles
 from textmill.pipeline.scrape import ScrapeConfig, scrape_shard
 from textmill.workflows.commands import run_stage
@@ -57,8 +58,10 @@ def bench_minhash(docs: int) -> tuple[float, float, int]:
     grams = [list(shingles(t, cfg.shingle_size, cfg.shingle_unit)) for t in texts]
     n = sum(len(g) for g in grams)
     started = time.perf_counter()
+    hasher = MinHasher(cfg)  # as a signature shard runs it: every text added, the signatures taken at once
     for t in texts:
-        signature(t, cfg)
+        hasher.add(t)
+    hasher.take()
     ours = n / (time.perf_counter() - started)
     started = time.perf_counter()
     for g in grams:  # the baseline: datasketch, a document's shingles in one batch, the same hash and scheme

@@ -4,14 +4,13 @@ Exact duplicates are documents whose lower-cased words are the same (mirrors, re
 in case, punctuation or whitespace): a 128-bit hash of those words finds them, exactly. Near duplicates
 are pairs whose MinHash signatures estimate a Jaccard similarity of at least the threshold. (Word
 shingles of the same words are the same, so MinHash finds exact duplicates too; the hash names them as
-such and spares computing a copy's signature.)
+such.)
 
 Five steps, each a task of its own in a run, so that many workers share the work and no step holds the
 corpus in memory:
 1. `signature_shard`, per shard: the hash of every document's words and its MinHash signature (datasketch's
-   affine32 scheme, the permutation minimum vectorised over all shingles of a document), saved as
-   NAME.minhash.parquet; an exact duplicate of an earlier document of the shard has the same word shingles, so with word shingles its signature is copied, not computed. Signatures of
-   old shards are reused when new shards arrive.
+   affine32 scheme, minhash.MinHasher: the shingles of many documents hashed at once on arrays), saved as
+   NAME.minhash.parquet. Signatures of old shards are reused when new shards arrive.
 2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
    64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key
    in runs of RUN_ROWS documents (an external sort: the memory of a run, whatever the shard's size).
@@ -31,12 +30,10 @@ yields few false candidates); `shingle_unit="char"` gives Megatron's character 5
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import heapq
 import itertools
 import json
-import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -48,49 +45,14 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, file_fingerprint, read_json, write_json
 from textmill.io.progress import progress
 from textmill.pipeline.documents import iter_documents
-from textmill.pipeline.shingles import shingle_chunks, words_hash
+from textmill.pipeline.minhash import MinHasher
+from textmill.pipeline.shingles import words_hash
 from textmill.pipeline.shards import write_table
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DedupConfig
 
 STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (it merges every shard's)
 
-
-
-# MinHash as datasketch (>= 2.0) computes it with scheme="affine32" and hashfunc=zlib.crc32, the same values
-# (tests/unit/pipeline/test_dedup.py compares them), written out so that a worker does not import datasketch,
-# which imports scipy (0.4 s a process, more than a unit of short documents costs).
-_UINT32_MAX = np.uint32(0xFFFFFFFF)
-
-
-@functools.lru_cache(maxsize=8)
-def _permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The odd multipliers `a` and the offsets `b` of num_perm affine maps h -> a*h + b mod 2**32, drawn as
-    datasketch draws them from the seed (once per (num_perm, seed), not per document)."""
-    draw = np.random.RandomState(seed)
-    a = draw.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
-    b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
-    return a, b
-
-
-def _fmix32(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's finalizer, a bijection of uint32 that spreads crc32's structure over all bits."""
-    h = h ^ (h >> np.uint32(16))
-    h = h * np.uint32(0x85EBCA6B)
-    h = h ^ (h >> np.uint32(13))
-    h = h * np.uint32(0xC2B2AE35)
-    return h ^ (h >> np.uint32(16))
-
-
-def signature(text: str, cfg: DedupConfig) -> np.ndarray:
-    """The MinHash signature (uint32[num_perm]) of one document: for each of num_perm affine maps of its
-    shingles' hashes, the least value (uint32 arithmetic wraps, which is the mod 2**32)."""
-    a, b = _permutations(cfg.num_perm, cfg.seed)
-    values = np.full(cfg.num_perm, _UINT32_MAX, dtype=np.uint32)
-    for chunk in shingle_chunks(text, cfg.shingle_size, cfg.shingle_unit):
-        hashes = _fmix32(np.fromiter(map(zlib.crc32, chunk), dtype=np.uint32, count=len(chunk)))
-        np.minimum(values, (hashes[:, None] * a + b).min(axis=0), out=values)
-    return values
 
 
 def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:
@@ -111,33 +73,28 @@ def signature_shard(shard: Path, path: Path, cfg: DedupConfig, max_document_byte
     schema = _signature_schema(cfg, shard, max_document_bytes)
     if path.exists() and pq.read_schema(path).metadata == schema.metadata:
         return path
-    seen: dict[bytes, np.ndarray | None] = {}  # a words hash -> its signature, when it is in this batch
-    batch: list[tuple[str, np.ndarray, bytes]] = []
+    hasher = MinHasher(cfg)
+    ids: list[str] = []
+    hashes: list[bytes] = []
 
     def write(writer: pq.ParquetWriter) -> None:
-        matrix = np.stack([sig for _, sig, _ in batch])
-        values = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.uint32()), cfg.num_perm)
-        writer.write_table(pa.table({"id": pa.array([i for i, _, _ in batch], pa.string()), "signature": values,
-                                     "words_hash": pa.array([h for _, _, h in batch], pa.binary(16))}, schema=schema))
-        for _, _, words in batch:
-            seen[words] = None  # its signature goes with the batch
-        batch.clear()
+        values = pa.FixedSizeListArray.from_arrays(pa.array(hasher.take().reshape(-1), pa.uint32()), cfg.num_perm)
+        writer.write_table(pa.table({"id": pa.array(ids, pa.string()), "signature": values,
+                                     "words_hash": pa.array(hashes, pa.binary(16))}, schema=schema))
+        ids.clear()
+        hashes.clear()
 
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for row, bad in progress(iter_documents(shard, max_document_bytes), desc=f"minhash {shard.stem}", unit="doc"):
             if bad:
                 continue  # rejected with its reason by filter_shard
             text = row["text"] or ""
-            words = words_hash(text)
-            # The same words give the same word shingles, so the same signature (not so for characters): a
-            # copy in the batch takes its original's, a later one is computed again, to the same values.
-            earlier = seen.get(words) if cfg.shingle_unit == "word" else None
-            sig = earlier if earlier is not None else signature(text, cfg)
-            seen.setdefault(words, sig)
-            batch.append((row["id"], sig, words))
-            if len(batch) == SIGNATURE_ROWS:
+            ids.append(row["id"])
+            hashes.append(words_hash(text))
+            hasher.add(text)
+            if len(ids) == SIGNATURE_ROWS:
                 write(writer)
-        if batch:
+        if ids:
             write(writer)
     return path
 

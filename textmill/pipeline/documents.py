@@ -82,11 +82,10 @@ def document_row(record: object, where: str) -> tuple[dict, str | None]:
     metadata = {} if metadata is None else dict(metadata) if isinstance(metadata, dict) else {"metadata": metadata}
     top = {k: v for k, v in record.items() if k not in OWN_FIELDS}
     row = dict(_BLANK)
-    for field in DOC_SCHEMA:
-        if field.name not in OWN_FIELDS:
-            source = next((s for s in (top, metadata) if fits(s.get(field.name), field.type)), None)
-            if source is not None:
-                row[field.name] = source.pop(field.name)
+    for source in (top, metadata):  # a column is filled from the top level first, else from the metadata
+        for name in [k for k in source if k in _FILLS and row[k] is None]:
+            if _FILLS[name](source[name]):
+                row[name] = source.pop(name)
     rest = metadata | top  # a record's other fields join its metadata (top-level ones win), as in datatrove
     row["metadata"] = json.dumps(rest, ensure_ascii=False, sort_keys=True, default=str) if rest else None
     row["text"] = record["text"]
@@ -94,13 +93,27 @@ def document_row(record: object, where: str) -> tuple[dict, str | None]:
     return row, None
 
 
-def fits(value: object, kind: pa.DataType) -> bool:
+def _is_string(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_int32(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fill_test(kind: pa.DataType):
     """Whether a JSON value can fill a column of this type (a value that cannot stays in the metadata)."""
     if kind == pa.string():
-        return isinstance(value, str)
-    if pa.types.is_integer(kind):
-        return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return _is_string
+    return _is_int32 if pa.types.is_integer(kind) else _is_number
+
+
+# Each column a record's field may fill, with its test (decided once, not per record and field).
+_FILLS = {field.name: _fill_test(field.type) for field in DOC_SCHEMA if field.name not in OWN_FIELDS}
 
 
 def datatrove_record(row: dict) -> dict:

@@ -140,7 +140,7 @@ class DedupConfig(StageConfig):
     seed: int = setting(1, "MinHash seed", least=0, most=SEED_MAX)
     exact_duplicates: bool = setting(True, "find documents whose lower-cased words are an earlier one's by a 128-bit "
                                      "hash of them (rejected as exact_duplicate_of=<id>, the other duplicates as "
-                                     "near_duplicate_of=<id>); within a shard such a copy's signature is not computed again")
+                                     "near_duplicate_of=<id>)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

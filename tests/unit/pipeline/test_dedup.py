@@ -1,22 +1,18 @@
 """Dedup: MinHash precision and recall, reused signatures, band steps in any order, exact duplicates first."""
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import random
-import re
 import zlib
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from support.files import write_jsonl
 from textmill.demo import synthweb
 from textmill.errors import TextmillError
-from textmill.pipeline import dedup, shingles as shingling
+from textmill.pipeline import dedup, minhash
 from textmill.pipeline.shingles import shingles
 from textmill.pipeline.dedup import (
     DedupConfig,
@@ -100,7 +96,7 @@ def test_signature_is_datasketch_minhash(unit, num_perm, seed):
     for text in texts:
         reference = MinHash(num_perm=num_perm, seed=seed, hashfunc=zlib.crc32, scheme="affine32")
         reference.update_batch(list(shingles(text, cfg.shingle_size, unit)))
-        assert dedup.signature(text, cfg).tolist() == reference.hashvalues.tolist()
+        assert minhash.signature(text, cfg).tolist() == reference.hashvalues.tolist()
 
 
 def test_signatures_are_reused_and_output_is_deterministic(tmp_path):
@@ -200,7 +196,7 @@ def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_s
     assert reasons(tmp_path / "out") == {"a2": "exact_duplicate_of=a0", "a3": "near_duplicate_of=a0",
                                          "b0": "exact_duplicate_of=a1", "b2": "exact_duplicate_of=b1"}
     assert sorted(clusters["exact"]) == ["a2", "b0", "b2"] and clusters["exact_pairs"] == 3
-    # Within a shard, the mirror's signature is its original's, copied rather than computed.
+    # The mirror's signature is its original's: the same words make the same word shingles.
     [sigs] = (tmp_path / "out" / ".textmill" / "3-minhash").glob("*/a.minhash.parquet")
     rows = pq.read_table(sigs).to_pylist()
     assert rows[2]["signature"] == rows[0]["signature"] and rows[2]["words_hash"] == rows[0]["words_hash"]
@@ -238,30 +234,3 @@ def test_a_band_merge_of_more_runs_than_the_open_files_soft_limit_raises_it(tmp_
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
-
-def plain_shingles(text: str, size: int, unit: str) -> set[bytes]:
-    """The definition, holding every shingle at once (what shingle_chunks streams)."""
-    if unit == "word":
-        words = re.findall(r"\w+", text.lower())
-        return {" ".join(words[i : i + size]).encode() for i in range(max(len(words) - size + 1, 1))}
-    text = " ".join(text.lower().split())
-    return {text[i : i + size].encode() for i in range(max(len(text) - size + 1, 1))}
-
-
-@settings(max_examples=400, deadline=None)
-@given(text=st.text(st.sampled_from(list("ab cD\n\t\u3000\x1c\xa0é日 ,.")), max_size=80), size=st.integers(1, 6),
-       unit=st.sampled_from(["word", "char"]), small=st.booleans())
-def test_shingles_made_as_the_text_is_read_are_the_definitions(text, size, unit, small):
-    """In chunks and pieces (tiny ones too, so that every boundary is crossed), the same shingles and the
-    same words hash as when the whole text is held."""
-    sizes = {"_HASH_CHUNK": 3, "_TEXT_PIECE": 2, "_SEEN_SHINGLES": 2} if small else {}
-    saved = {name: getattr(shingling, name) for name in sizes}
-    try:
-        for name, value in sizes.items():
-            setattr(shingling, name, value)
-        assert shingles(text, size, unit) == plain_shingles(text, size, unit)
-        assert shingling.words_hash(text) == hashlib.blake2b(" ".join(re.findall(r"\w+", text.lower())).encode(),
-                                                         digest_size=16).digest()
-    finally:
-        for name, value in saved.items():
-            setattr(shingling, name, value)
