@@ -34,23 +34,21 @@ from textmill.io.files import JSON_LINE_REASONS, iter_json_lines, read_json_reco
 from textmill.pipeline.documents import iter_documents
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DecontaminateConfig
-from textmill.pipeline.word_ngrams import WORD_RUN, word_runs
+from textmill.pipeline.word_ngrams import WORD_RUN, spans, word_runs
 
 @dataclass(frozen=True)
 class EvalNgrams:
-    """The evaluation n-grams, as tuples of words, by length; `firsts` indexes the first two words and
-    `heads` the first words of the shortest length. Every evaluation word has an id in `vocabulary` (from 1;
-    0 is a word no evaluation text has), and `head_keys` holds the hashes of the heads as ids, `head_bits`
-    their top HEAD_BITS bits as a table: a training document's windows are hashed all at once (numpy), looked
-    up in the table, the few it lets through in the set, and only where a hash is a head's are words compared.
+    """The evaluation n-grams, as tuples of words, and their lengths. Every evaluation word has an id in
+    `vocabulary` (from 1; 0 is a word no evaluation text has); an n-gram's head is its first words of the
+    shortest length, `head_keys` holds the hashes of the heads as ids and `head_bits` their top HEAD_BITS bits
+    as a table: a training document's windows are hashed all at once (numpy), looked up in the table, the few
+    it lets through in the sorted keys, and only where a hash is a head's are the words looked up in `grams`.
     `excluded` n-grams are not matched (pass 2 leaves out the frequent ones without rebuilding)."""
 
     grams: set[tuple[str, ...]]
     lengths: list[int]
-    firsts: set[tuple[str, ...]]
-    heads: set[tuple[str, ...]]
     vocabulary: dict[str, int]
-    head_keys: frozenset[int]
+    head_keys: np.ndarray  # sorted
     head_bits: np.ndarray
     excluded: frozenset[tuple[str, ...]] = frozenset()
 
@@ -112,29 +110,21 @@ def build_eval_ngrams(paths: tuple[Path, ...], stamps: tuple, max_ngram: int, mi
     texts = [words_of(text) for path in paths for text in read_eval_texts(path)]
     texts = [words for words in texts if len(words) >= min_ngram]
     grams: set[tuple[str, ...]] = set()
-    for words in texts:
-        if len(words) >= max_ngram:
-            grams.update(tuple(words[i : i + max_ngram]) for i in range(len(words) - max_ngram + 1))
-        else:
-            grams.add(tuple(words))
+    for words in texts:  # zip makes the n-gram tuples in C
+        grams.update(zip(*(words[k:] for k in range(max_ngram))) if len(words) >= max_ngram else [tuple(words)])
     if not grams:
         raise TextmillError(f"the evaluation set(s) gave no n-grams (no text of {min_ngram} words or more)")
-    lengths = sorted({len(g) for g in grams})
+    lengths = sorted({min(len(words), max_ngram) for words in texts})  # the n-grams' lengths
     shortest = lengths[0]
-    vocabulary: dict[str, int] = {}
-    for words in texts:
-        for word in words:
-            vocabulary.setdefault(word, len(vocabulary) + 1)
-    # The heads' hashes from each text's windows at once: its n-grams start at 0 .. len - max_ngram, or
-    # at 0 for a text shorter than max_ngram words.
-    head_keys: set[int] = set()
-    for words in texts:
-        starts = max(len(words) - max_ngram + 1, 1)
-        head_keys.update(window_keys(word_ids(words, vocabulary), shortest)[:starts].tolist())
+    vocabulary = {word: i for i, word in enumerate(dict.fromkeys(itertools.chain.from_iterable(texts)), 1)}
+    # The heads' hashes from every text's windows at once: a text's n-grams start at 0 .. len - max_ngram, or
+    # at 0 for a text shorter than max_ngram words (so no head's window runs into the next text).
+    keys = window_keys(word_ids(list(itertools.chain.from_iterable(texts)), vocabulary), shortest)
+    sizes = np.fromiter(map(len, texts), np.int64, len(texts))
+    head_keys = np.unique(keys[spans(np.cumsum(sizes) - sizes, np.maximum(sizes - max_ngram + 1, 1))])
     head_bits = np.zeros(1 << HEAD_BITS, bool)
-    head_bits[np.fromiter(head_keys, np.uint64, len(head_keys)) >> np.uint64(64 - HEAD_BITS)] = True
-    return EvalNgrams(grams, lengths, {g[:2] for g in grams}, {g[:shortest] for g in grams}, vocabulary,
-                      frozenset(head_keys), head_bits)
+    head_bits[head_keys >> np.uint64(64 - HEAD_BITS)] = True
+    return EvalNgrams(grams, lengths, vocabulary, head_keys, head_bits)
 
 
 def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str] | None:
@@ -150,7 +140,8 @@ def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str
         return None
     keys = window_keys(word_ids(words, ngrams.vocabulary), shortest)
     maybe = np.flatnonzero(ngrams.head_bits[keys >> np.uint64(64 - HEAD_BITS)])
-    hits = np.array([i for i, key in zip(maybe.tolist(), keys[maybe].tolist()) if key in ngrams.head_keys], np.int64)
+    found = ngrams.head_keys[np.minimum(np.searchsorted(ngrams.head_keys, keys[maybe]), len(ngrams.head_keys) - 1)]
+    hits = maybe[found == keys[maybe]]
     if not len(hits):  # most documents: no n-gram can start anywhere
         return None
     last = len(words) - max_ngram
@@ -168,10 +159,9 @@ def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str
     for i in hits.tolist():
         if i >= scanned:
             break
-        if (words[i], words[i + 1]) in ngrams.firsts and tuple(words[i : i + shortest]) in ngrams.heads:
-            for n in (max_ngram, *ngrams.lengths):
-                if found := at(i, n):
-                    return found
+        for n in (max_ngram, *ngrams.lengths):  # a hash hit that is no head matches no n-gram here
+            if found := at(i, n):
+                return found
     if last > 0:
         for n in ngrams.lengths:
             if n != max_ngram:

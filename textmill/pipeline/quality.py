@@ -18,8 +18,8 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 from itertools import count, islice
+from operator import methodcaller
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import regex
@@ -33,15 +33,16 @@ STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
 _SENTENCE_END = regex.compile(r"\p{Sentence_Terminal}$")
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAKS = re.compile(r"\n+")
-_NEWLINE = re.compile(r"\n")
-_LINE_END = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines() cuts
 _WORD = re.compile(r"\S+")  # a word as str.split() cuts it
+_IS_BULLET = methodcaller("startswith", ("•", "-"))
+_IS_ELLIPSIS = methodcaller("endswith", ("...", "…"))
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 C4_LINE_ENDS = (".", "?", "!", '"', "'")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
-# The rules read a document's lines and paragraphs one at a time, keeping counts and the distinct ones (to
-# find repeats), and C4's rules count a line's words without listing them: a 30 MB line cost 700 MB as a list.
+# The rules hold a document's lines or paragraphs as a list (as many characters as the text, and the distinct
+# ones to find repeats) and count over them in C (map, set); C4's rules count a line's words without listing
+# them: a 30 MB line cost 700 MB as a list of words.
 
 
 @lru_cache(maxsize=1 << 16)
@@ -53,25 +54,6 @@ def is_symbol(word: str) -> bool:
 @lru_cache(maxsize=1 << 16)
 def has_letter(word: str) -> bool:
     return any(c.isalpha() for c in word)
-
-
-def pieces(pattern: re.Pattern, text: str) -> Iterator[str]:
-    """pattern.split(text), a piece at a time."""
-    start = 0
-    for cut in pattern.finditer(text):
-        yield text[start : cut.start()]
-        start = cut.end()
-    yield text[start:]
-
-
-def text_lines(text: str) -> Iterator[str]:
-    """text.splitlines(), a line at a time."""
-    start = 0
-    for cut in _LINE_END.finditer(text):
-        yield text[start : cut.start()]
-        start = cut.end()
-    if start < len(text):
-        yield text[start:]
 
 
 def gopher_quality(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
@@ -96,14 +78,10 @@ def gopher_quality(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
         return "hash_symbols"
     if cfg.max_symbol_word_ratio and (text.count("...") + text.count("…")) / total > cfg.max_symbol_word_ratio:
         return "ellipses"
-    lines = bullets = ellipses = 0
-    for line in text_lines(text):
-        lines += 1
-        bullets += line.lstrip().startswith(("•", "-"))
-        ellipses += line.rstrip().endswith(("...", "…"))
-    if cfg.max_bullet_lines and bullets / lines > cfg.max_bullet_lines:
+    lines = text.splitlines()
+    if cfg.max_bullet_lines and sum(map(_IS_BULLET, map(str.lstrip, lines))) / len(lines) > cfg.max_bullet_lines:
         return "bullet_lines"
-    if cfg.max_ellipsis_lines and ellipses / lines > cfg.max_ellipsis_lines:
+    if cfg.max_ellipsis_lines and sum(map(_IS_ELLIPSIS, map(str.rstrip, lines))) / len(lines) > cfg.max_ellipsis_lines:
         return "ellipsis_lines"
     lettered = int(counts[np.fromiter(map(has_letter, distinct), bool, len(distinct))].sum())
     if cfg.min_alphabetic_words and lettered / total < cfg.min_alphabetic_words:
@@ -113,26 +91,20 @@ def gopher_quality(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     return None
 
 
-def repeated(items: Iterable[str]) -> tuple[int, int, int]:
+def repeated(items: list[str]) -> tuple[int, int, int]:
     """(how many items there are, how many repeat an earlier one, the characters of those)."""
-    seen, total, number, chars = set(), 0, 0, 0
-    for item in items:
-        total += 1
-        if item in seen:
-            number, chars = number + 1, chars + len(item)
-        else:
-            seen.add(item)
-    return total, number, chars
+    distinct = set(items)
+    return len(items), len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 def gopher_repetition(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     """Gopher's repetition rules: the reason the document fails, or None."""
-    paragraphs, number, chars = repeated(pieces(_PARAGRAPH_BREAK, text.strip()))
+    paragraphs, number, chars = repeated(_PARAGRAPH_BREAK.split(text.strip()))
     if cfg.max_duplicate_paragraphs and number / paragraphs > cfg.max_duplicate_paragraphs:
         return "duplicate_paragraphs"
     if cfg.max_duplicate_paragraph_chars and chars / len(text) > cfg.max_duplicate_paragraph_chars:
         return "duplicate_paragraph_chars"
-    lines, number, chars = repeated(pieces(_LINE_BREAKS, text))
+    lines, number, chars = repeated(_LINE_BREAKS.split(text))
     if cfg.max_duplicate_lines and number / lines > cfg.max_duplicate_lines:
         return "duplicate_lines"
     if cfg.max_duplicate_line_chars and chars / len(text) > cfg.max_duplicate_line_chars:
@@ -151,7 +123,7 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
     counted in `dropped` by rule."""
     kept, sentences = [], 0
     too_long = re.compile(rf"\S{{{cfg.c4_max_word_length + 1}}}")
-    for line in text_lines(text):
+    for line in text.splitlines():
         line = line.strip()
         if cfg.c4_max_word_length and too_long.search(line):
             dropped["too_long_word"] += 1
@@ -186,22 +158,13 @@ def c4_lines(text: str, cfg: QualityConfig, terminal_punctuation: bool, dropped:
 
 def fineweb(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     """FineWeb's rules: the reason the document fails, or None."""
-    punctuated = short = 0
-
-    def nonblank_lines() -> Iterator[str]:  # counted on the way through repeated(), one pass over the text
-        nonlocal punctuated, short
-        for line in pieces(_NEWLINE, text):
-            if line.strip():
-                punctuated += bool(_SENTENCE_END.search(line))
-                short += len(line) <= cfg.short_line_chars
-                yield line
-
-    lines, _, chars = repeated(nonblank_lines())
+    nonblank = list(filter(str.strip, text.split("\n")))
+    lines, _, chars = repeated(nonblank)
     if not lines:
         return "empty"
-    if punctuated / lines < cfg.min_line_punctuation:
+    if sum(map(bool, map(_SENTENCE_END.search, nonblank))) / lines < cfg.min_line_punctuation:
         return "line_punctuation"
-    if cfg.max_short_lines and short / lines > cfg.max_short_lines:
+    if cfg.max_short_lines and sum(map(cfg.short_line_chars.__ge__, map(len, nonblank))) / lines > cfg.max_short_lines:
         return "short_lines"
     most = cfg.max_duplicate_line_chars_fineweb
     if most and chars / (len(text) - text.count("\n")) > most:

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from textmill.pipeline.word_ngrams import word_runs
+from textmill.pipeline.word_ngrams import spans, word_runs
 
 _TEXT_PIECE = 1 << 16  # characters of a text split into units at a time: a long document costs a piece
 _VOCABULARY = 1 << 18  # distinct units remembered across batches before the vocabulary starts again
@@ -158,10 +158,7 @@ class ShingleHashes:
                         ^ later[unit])
         # the positions whose shingle lies in one run: from each run's start, its length - size + 1 of them
         lengths = np.fromiter(map(len, runs), np.int64, len(runs))
-        counts = lengths - size + 1
-        starts = np.cumsum(lengths) - lengths
-        keep = np.arange(counts.sum()) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        return ~register[keep]
+        return ~register[spans(np.cumsum(lengths) - lengths, lengths - size + 1)]
 
 
 @functools.lru_cache(maxsize=2)

@@ -29,6 +29,11 @@ def word_runs(text: str) -> list[str]:
     return WORD_RUN.findall(text)
 
 
+def spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions start .. start + count - 1 of every (start, count), one array (numpy, no loop)."""
+    return np.arange(counts.sum()) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+
+
 _BASE = 0x100000001B3  # odd: multiplying by a power of it is a bijection of 64-bit values
 _MASK = (1 << 64) - 1
 
@@ -93,11 +98,10 @@ class WordIds:
         """The polynomial hash of the n words spelled together (no separators), at each position: the
         (n-1)-words' hash times the next word's power, plus its hash (each word's looked up by its id)."""
         if self._spelled is None or self._spelled[0] > n:
-            pairs = [spelled_hash(w) for w in self.first]
+            pairs = np.array(list(map(spelled_hash, self.first)), np.uint64).reshape(-1, 2)
             at = np.fromiter(self.first.values(), np.int64, len(self.first))
             self._word_hash, self._word_power = np.zeros(len(self.words), np.uint64), np.zeros(len(self.words), np.uint64)
-            self._word_hash[at] = np.fromiter((h for h, _ in pairs), np.uint64, len(pairs))
-            self._word_power[at] = np.fromiter((p for _, p in pairs), np.uint64, len(pairs))
+            self._word_hash[at], self._word_power[at] = pairs[:, 0], pairs[:, 1]
             self._spelled = (1, self._word_hash[self.ids])
         have, spelled = self._spelled
         for m in range(have + 1, n + 1):

@@ -1,14 +1,11 @@
 """The quality stage's rules on hand-made documents, and its word splitter against spaCy's on real pages."""
 
-import re
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from support.quality_pages import CASES, GOOD, GOOD_LINES, real_documents
-from textmill.pipeline.quality import judge, pieces, text_lines
+from textmill.pipeline.quality import judge
 from textmill.pipeline.stage_configs import QualityConfig
 from textmill.pipeline.words import count_sentences, split_words
 
@@ -79,11 +76,3 @@ def test_word_splits_match_spacys_english_tokenizer_on_nearly_every_real_documen
     documents = real_documents()
     same = sum(split_words(d["text"]) == [t.text.strip() for t in nlp(d["text"]) if t.text.strip()] for d in documents)
     assert same >= 0.97 * len(documents)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab \n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=40))
-def test_lines_and_paragraphs_are_read_one_at_a_time_as_splitlines_and_split_cut_them(text):
-    assert list(text_lines(text)) == text.splitlines()
-    for pattern in (r"\n{2,}", r"\n+", r"\n"):
-        assert list(pieces(re.compile(pattern), text)) == re.split(pattern, text)
