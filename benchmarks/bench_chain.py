@@ -2,7 +2,7 @@
 datatrove, on one generated corpus, with the verdicts compared and a profile split.
 
     python benchmarks/bench_chain.py [--documents 5000] [--files 10] [--rounds 3] [--against REV] [--workers 1 2]
-                                     [--stages quality decontaminate dedup clean] [--no-datatrove] [--profile]
+                                     [--stages quality decontaminate dedup clean] [--preset gopher] [--no-datatrove] [--profile]
 
 The corpus: --documents generated documents (textmill.demo.synthweb.corpus_documents, seed 1: articles of
 real-ish prose, near-duplicate and case-changed copies, boilerplate-repeating and list pages, short notes,
@@ -10,7 +10,8 @@ French, German and Spanish pages, LAMBADA passages planted in some articles), in
 stage runs as `textmill <stage>` runs it (workflows.commands.run_stage, Luigi included) on that corpus alone,
 in a fresh process per variant and round; variants are interleaved (REV, this checkout, datatrove, then
 again) so a busy spell of the shared machine hits each alike; the fastest of --rounds counts. REV runs from a
-git worktree of that revision with this script. Settings: quality --preset gopher; decontaminate against
+git worktree of that revision with this script. Settings: quality --preset (gopher; c4 and fineweb have no datatrove
+cell); decontaminate against
 tests/data/lambada_test.jsonl; dedup and clean their defaults.
 
 datatrove 0.10 (the test extra) runs the same Gopher filters (GopherRepetitionFilter, GopherQualityFilter) and
@@ -21,10 +22,14 @@ their data from the Hugging Face hub, which this benchmark does not reach: those
 
 Verdicts: each document's (kept or reason, sha1 of the kept text) per stage; the table counts the documents
 whose verdict differs from REV's, and for quality the documents datatrove keeps and textmill rejects or the
-other way round. --profile runs this checkout's stages once more under cProfile (1 worker) and splits the
-time by where the code lives: textmill's own Python, libraries (numpy, pyarrow, ftfy, fastText, ...), C
-built-ins (str, re, dict, json, zlib, hashlib), Luigi and the standard library. cProfile charges every Python
-call, so Python-heavy code looks heavier than it is: the textmill share is an upper bound.
+other way round. --profile runs this checkout's stages once more (1 worker) under py-spy (the bench extra:
+pip install -e ".[bench]"), sampling native frames too, and splits the samples by the frame the process was in:
+textmill's own Python (the interpreter running textmill's code: its per-document code, and its workflow code
+apart), C built-ins (str, dict, set, json, re, the garbage collector), libraries' native code (numpy, pyarrow,
+ftfy's and fastText's), libraries' Python, Luigi, the standard library's Python (imports included), and the
+system (I/O, memory); threads waiting are left out. A sampler charges nothing to the code it watches, unlike
+cProfile, which makes Python calls look heavier than they are, and it sees the C work map() and numpy do for
+Python code as C work.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -70,11 +76,11 @@ def verdicts(folder: Path) -> dict[str, list]:
     return seen
 
 
-def textmill_stage(stage: str, corpus: Path, out: Path, workers: int) -> float:
+def textmill_stage(stage: str, corpus: Path, out: Path, workers: int, preset: str = "gopher") -> float:
     from textmill.pipeline.stage_configs import CleanConfig, DecontaminateConfig, DedupConfig, QualityConfig
     from textmill.workflows.commands import run_stage
 
-    settings = {"quality": {"quality": QualityConfig(preset="gopher")}, "dedup": {"dedup": DedupConfig()},
+    settings = {"quality": {"quality": QualityConfig(preset=preset)}, "dedup": {"dedup": DedupConfig()},
                 "decontaminate": {"decontaminate": DecontaminateConfig(eval_files=(LAMBADA,))},
                 "clean": {"clean": CleanConfig()}}[stage]
     started = time.perf_counter()
@@ -82,7 +88,7 @@ def textmill_stage(stage: str, corpus: Path, out: Path, workers: int) -> float:
     return time.perf_counter() - started
 
 
-def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float | None:
+def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int, preset: str = "gopher") -> float | None:
     files = len(list(corpus.glob("*.jsonl")))  # datatrove shares out whole files
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import JsonlReader
@@ -96,7 +102,7 @@ def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int) -> float 
                                      skip_completed=False, depends=depends)
 
     started = time.perf_counter()
-    if stage == "quality":
+    if stage == "quality" and preset == "gopher":
         from datatrove.pipeline.filters import GopherQualityFilter, GopherRepetitionFilter
 
         run([reader(), GopherRepetitionFilter(exclusion_writer=JsonlWriter(str(out / "rejected"))),
@@ -132,51 +138,76 @@ def child(args) -> None:
     """One variant's stages in this process; prints {stage: {"seconds", ...}} as one JSON line."""
     corpus, out = Path(args.corpus), Path(args.out)
     result = {}
-    profiler = None
-    if args.profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
     for stage in args.stages:
         folder = out / stage
         if args.variant == "datatrove":
-            seconds = datatrove_stage(stage, corpus, folder, args.workers[0])
+            seconds = datatrove_stage(stage, corpus, folder, args.workers[0], args.preset)
             result[stage] = None if seconds is None else {
                 "seconds": seconds, "kept": sorted(datatrove_kept(folder)) if stage == "quality" else None}
         else:
-            seconds = textmill_stage(stage, corpus, folder, args.workers[0])
+            seconds = textmill_stage(stage, corpus, folder, args.workers[0], args.preset)
             result[stage] = {"seconds": seconds, "verdicts": verdicts(folder)}
-    if profiler:
-        profiler.disable()
-        result["profile"] = profile_split(profiler)
     print(json.dumps(result))
 
 
-def profile_split(profiler) -> dict[str, float]:
-    """Seconds of own time (cProfile's tottime) by where the code lives."""
-    import pstats
+STDLIB = set(sys.stdlib_module_names)
+_PYTHON_FRAME = re.compile(r"\((.*\.py|<[^>]+>):\d+\)$")  # py-spy's "function (file:line)"
+_WAITING = ("pthread_cond_wait", "pthread_cond_timedwait", "PyThread_acquire_lock_timed", "epoll_wait", "select (")
+# Native frames of the interpreter itself: running Python code, charged to the Python frame they run.
+_INTERPRETER = re.compile(r"(_PyEval|_Py_Dealloc|Py_DECREF|Py_INCREF|_PyObject_Vectorcall|_PyFunction_Vectorcall|"
+                          r"PyObject_Vectorcall|frame_dealloc)")
 
-    split: dict[str, float] = {}
-    for (file, _, _), (_, _, own, _, _) in pstats.Stats(profiler).stats.items():
-        if file == "~":
-            kind = "C built-ins"
-        elif "/site-packages/luigi/" in file:
-            kind = "Luigi"
-        elif "/site-packages/" in file:
-            kind = "libraries"
-        elif f"{os.sep}textmill{os.sep}" in file and "/benchmarks/" not in file:
-            kind = "textmill Python"
-        else:
-            kind = "standard library"
-        split[kind] = split.get(kind, 0.0) + own
+
+def sample_kind(stack: str) -> str | None:
+    """Where a sampled stack (py-spy's raw format: frames root first, ";"-separated) was: None for a waiting
+    thread."""
+    frames = stack.split(";")
+    python = [i for i, frame in enumerate(frames) if _PYTHON_FRAME.search(frame)]
+    below = frames[python[-1] + 1 :] if python else frames
+    if any(wait in frame for frame in below for wait in _WAITING):
+        return None
+    innermost = frames[python[-1]] if python else ""
+    leaf = frames[-1]
+    if leaf is innermost or ("libpython" in leaf and _INTERPRETER.match(leaf)) or "object.h" in leaf:
+        file = _PYTHON_FRAME.search(innermost).group(1) if python else ""
+        if file.startswith("textmill/workflows/"):
+            return "textmill Python, workflow"
+        if file.startswith("textmill/"):
+            return "textmill Python, per document"
+        if file.startswith("luigi/"):
+            return "Luigi"
+        top = file.split("/")[0].removesuffix(".py")  # py-spy names a file from its sys.path entry
+        return "standard library Python" if file.startswith("<") or top in STDLIB else "library Python"
+    if "libpython" in leaf:
+        return "C built-ins"
+    if any(lib in leaf for lib in ("libc.so", "libz.so", "ld-linux", "libstdc++", "libm.so")):
+        return "system (I/O, memory)"
+    return "library native code"
+
+
+def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str], preset: str) -> dict[str, int]:
+    """This checkout's stages once under py-spy: samples by kind (sample_kind)."""
+    if not shutil.which("py-spy"):
+        sys.exit('bench_chain: --profile needs py-spy: pip install -e ".[bench]"')
+    samples = out / "samples.txt"
+    command = ["py-spy", "record", "--native", "--format", "raw", "--rate", "50", "--output", str(samples), "--",
+               sys.executable, str(Path(__file__).resolve()), "--child", "--variant", "textmill", "--corpus",
+               str(corpus), "--out", str(out), "--workers", "1", "--stages", *stages, "--preset", preset]
+    done = subprocess.run(command, cwd=out.parent, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                          text=True)
+    if done.returncode:
+        sys.exit(f"py-spy failed:\n{done.stderr[-3000:]}")
+    split: dict[str, int] = {}
+    for line in samples.read_text().splitlines():
+        stack, count = line.rsplit(" ", 1)
+        if kind := sample_kind(stack):
+            split[kind] = split.get(kind, 0) + int(count)
     return split
 
 
-def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[str], workers: int,
-              profile: bool = False) -> dict:
+def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[str], workers: int, preset: str) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--variant", variant, "--corpus", str(corpus),
-               "--out", str(out), "--workers", str(workers), "--stages", *stages] + (["--profile"] if profile else [])
+               "--out", str(out), "--workers", str(workers), "--stages", *stages, "--preset", preset]
     env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -194,8 +225,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts (textmill and datatrove)")
     parser.add_argument("--stages", nargs="+", default=["quality", "decontaminate", "dedup", "clean"],
                         choices=["quality", "decontaminate", "dedup", "clean"], help="the stages timed")
+    parser.add_argument("--preset", choices=["gopher", "c4", "fineweb"], default="gopher",
+                        help="the quality stage's [quality] preset")
     parser.add_argument("--no-datatrove", action="store_true", help="leave datatrove out")
-    parser.add_argument("--profile", action="store_true", help="split this checkout's time by where the code lives")
+    parser.add_argument("--profile", action="store_true", help="split this checkout's time by where the code lives "
+                        "(py-spy: the bench extra)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -223,7 +257,7 @@ def main() -> None:
                     out = tmp / f"run-{round_}-{workers}-{len(seen)}"
                     out.mkdir()
                     result = run_child("datatrove" if name == "datatrove" else "textmill", root, corpus, out,
-                                       args.stages, workers)
+                                       args.stages, workers, args.preset)
                     for stage, r in result.items():
                         if r is not None:
                             key = (name, workers, stage)
@@ -236,11 +270,12 @@ def main() -> None:
         if args.profile:
             out = tmp / "profile"
             out.mkdir()
-            split = run_child("textmill", ROOT, corpus, out, args.stages, 1, profile=True)["profile"]
+            split = run_profiled(ROOT, corpus, out, args.stages, args.preset)
             total = sum(split.values())
-            print(f"\nProfile of this checkout's {', '.join(args.stages)} (cProfile own time, 1 worker, {total:.1f} s):")
-            for kind, seconds in sorted(split.items(), key=lambda kv: -kv[1]):
-                print(f"  {kind:18} {seconds:7.2f} s  {seconds / total:6.1%}")
+            print(f"\nProfile of this checkout's {', '.join(args.stages)} (py-spy, native frames, 1 worker, {total} "
+                  "samples of running threads):")
+            for kind, samples in sorted(split.items(), key=lambda kv: -kv[1]):
+                print(f"  {kind:32} {samples:7d}  {samples / total:6.1%}")
     finally:
         if args.against:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "against")],

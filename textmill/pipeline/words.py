@@ -17,11 +17,9 @@ sentencizer). tests/integration/test_quality.py measures agreement with datatrov
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from functools import lru_cache
 from itertools import chain
-from typing import Iterator
 
 import regex
 
@@ -146,18 +144,9 @@ def _join_specials(tokens: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-_PIECE = re.compile(r"\S+")  # what str.split() cuts at (the regex module's \S is narrower), a piece at a time
-
-
-def iter_words(text: str) -> Iterator[str]:
-    """The words of `text`, punctuation marks included, as English word tokenizers split it."""
-    for piece in _PIECE.finditer(text):
-        yield from _split_piece(piece.group())
-
-
 def split_words(text: str) -> list[str]:
-    """iter_words(text) as a list, its loop run in C (str.split cuts where _PIECE does, and a piece seen
-    before is a cache hit)."""
+    """The words of `text`, punctuation marks included, as English word tokenizers split it: each run of
+    non-space (str.split, its loop in C) cut into tokens (a run seen before is a cache hit)."""
     return list(chain.from_iterable(map(_split_piece, text.split())))
 
 
@@ -165,13 +154,15 @@ def is_punctuation(token: str) -> bool:
     return all(unicodedata.category(c).startswith("P") for c in token)
 
 
+@lru_cache(maxsize=1 << 16)
+def _sentence_role(token: str) -> str:
+    """"E" for a sentence-ending mark, "P" for other punctuation, "W" for a word."""
+    return "E" if token in SENTENCE_ENDS else "P" if is_punctuation(token) else "W"
+
+
 def count_sentences(text: str) -> int:
-    """How many sentences `text` holds: a new one begins at a word after a sentence-ending mark."""
-    sentences, ended = 0, False
-    for token in iter_words(text):
-        sentences = sentences or 1
-        if token in SENTENCE_ENDS:
-            ended = True
-        elif ended and not is_punctuation(token):
-            sentences, ended = sentences + 1, False
-    return sentences
+    """How many sentences `text` holds: a new one begins at a word after a sentence-ending mark (other
+    punctuation between them does not matter), and text with any token holds one. Counted on the tokens'
+    roles as one string, in C."""
+    roles = "".join(map(_sentence_role, split_words(text)))
+    return (1 + roles.replace("P", "").count("EW")) if roles else 0

@@ -3,11 +3,13 @@
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from support.quality_pages import CASES, GOOD, GOOD_LINES, real_documents
 from textmill.pipeline.quality import judge
 from textmill.pipeline.stage_configs import QualityConfig
-from textmill.pipeline.words import count_sentences, split_words
+from textmill.pipeline.words import SENTENCE_ENDS, count_sentences, is_punctuation, split_words
 
 
 def verdict(text: str, preset: str = "fineweb", **settings) -> str | None:
@@ -76,3 +78,23 @@ def test_word_splits_match_spacys_english_tokenizer_on_nearly_every_real_documen
     documents = real_documents()
     same = sum(split_words(d["text"]) == [t.text.strip() for t in nlp(d["text"]) if t.text.strip()] for d in documents)
     assert same >= 0.97 * len(documents)
+
+
+def sentences_one_token_at_a_time(text: str) -> int:
+    """The definition: a sentence begins at the first token and at each word after a sentence-ending mark."""
+    sentences, ended = 0, False
+    for token in split_words(text):
+        sentences = sentences or 1
+        if token in SENTENCE_ENDS:
+            ended = True
+        elif ended and not is_punctuation(token):
+            sentences, ended = sentences + 1, False
+    return sentences
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["It", "rained", ".", "!", "?", "...", ",", "(", ")", "Mr.", "e.g.", "\u3002", "-",
+                                 "\u00bf", ":)", "5.5"]), max_size=30))
+def test_sentences_counted_on_roles_are_the_token_loops(tokens):
+    text = " ".join(tokens)
+    assert count_sentences(text) == sentences_one_token_at_a_time(text)

@@ -3,13 +3,14 @@ strings, as Gopher states them and datatrove computes them: on generated documen
 themselves, and where different word tuples spell the same string."""
 
 import random
+import re
 from collections import Counter
 
 import pytest
 
 from textmill.demo.synthweb import corpus_documents
 from textmill.pipeline.word_ngrams import WordIds, word_runs
-from textmill.pipeline.words import iter_words, split_words
+from textmill.pipeline.words import split_words
 
 
 def top_ngram_chars(words: list[str], n: int) -> int:
@@ -76,9 +77,12 @@ def test_two_tuples_that_spell_one_string_are_a_repeat_and_equal_counts_keep_the
     assert WordIds(words).top_gram_chars(2) == top_ngram_chars(words, 2) == len("z y") * 2
 
 
-def test_split_words_is_iter_words():
-    text = "Mr. Smith's dog\u00a0didn't (really) cost $5km...\u2028\u3000end.\x1cA-b"
-    assert split_words(text) == list(iter_words(text))
+def test_str_split_cuts_where_runs_of_non_space_end():
+    """split_words cuts the text with str.split: the runs of \\S+ (re's), at every code point."""
+    text = "".join(chr(c) + "a" for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    assert text.split() == re.findall(r"\S+", text)
+    assert split_words("Mr. Smith's dog\u00a0didn't cost $5km...\u2028\u3000end.") == [
+        "Mr.", "Smith", "'s", "dog", "did", "n't", "cost", "$", "5", "km", "...", "end", "."]
 
 
 def test_a_document_too_long_to_pack_four_ids_in_one_integer_counts_the_same():
