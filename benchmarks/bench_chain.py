@@ -29,7 +29,8 @@ apart), C built-ins (str, dict, set, json, re, the garbage collector), libraries
 ftfy's and fastText's), libraries' Python, Luigi, the standard library's Python (imports included), and the
 system (I/O, memory); threads waiting are left out. A sampler charges nothing to the code it watches, unlike
 cProfile, which makes Python calls look heavier than they are, and it sees the C work map() and numpy do for
-Python code as C work.
+Python code as C work. Beside it, the same samples charged to their innermost Python frame (a C call counted with
+the Python that made it, as py-spy without --native counts), and textmill's largest per-document functions.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import date
 from pathlib import Path
 
@@ -158,9 +160,23 @@ _INTERPRETER = re.compile(r"(_PyEval|_Py_Dealloc|Py_DECREF|Py_INCREF|_PyObject_V
                           r"PyObject_Vectorcall|frame_dealloc)")
 
 
-def sample_kind(stack: str) -> str | None:
-    """Where a sampled stack (py-spy's raw format: frames root first, ";"-separated) was: None for a waiting
-    thread."""
+def python_kind(frame: str) -> str:
+    """Whose Python a py-spy frame ("function (file:line)") runs."""
+    file = _PYTHON_FRAME.search(frame).group(1) if frame else ""
+    if file.startswith("textmill/workflows/"):
+        return "textmill Python, workflow"
+    if file.startswith("textmill/"):
+        return "textmill Python, per document"
+    if file.startswith("luigi/"):
+        return "Luigi"
+    top = file.split("/")[0].removesuffix(".py")  # py-spy names a file from its sys.path entry
+    return "standard library Python" if file.startswith("<") or top in STDLIB else "library Python"
+
+
+def sample_kinds(stack: str) -> tuple[str, str, str] | None:
+    """Where a sampled stack (py-spy's raw format: frames root first, ";"-separated) was: by its innermost
+    frame, native ones included; by its innermost Python frame (a C call counted with the Python that made
+    it); and that Python frame. None for a waiting thread."""
     frames = stack.split(";")
     python = [i for i, frame in enumerate(frames) if _PYTHON_FRAME.search(frame)]
     below = frames[python[-1] + 1 :] if python else frames
@@ -169,40 +185,38 @@ def sample_kind(stack: str) -> str | None:
     innermost = frames[python[-1]] if python else ""
     leaf = frames[-1]
     if leaf is innermost or ("libpython" in leaf and _INTERPRETER.match(leaf)) or "object.h" in leaf:
-        file = _PYTHON_FRAME.search(innermost).group(1) if python else ""
-        if file.startswith("textmill/workflows/"):
-            return "textmill Python, workflow"
-        if file.startswith("textmill/"):
-            return "textmill Python, per document"
-        if file.startswith("luigi/"):
-            return "Luigi"
-        top = file.split("/")[0].removesuffix(".py")  # py-spy names a file from its sys.path entry
-        return "standard library Python" if file.startswith("<") or top in STDLIB else "library Python"
-    if "libpython" in leaf:
-        return "C built-ins"
-    if any(lib in leaf for lib in ("libc.so", "libz.so", "ld-linux", "libstdc++", "libm.so")):
-        return "system (I/O, memory)"
-    return "library native code"
+        native = python_kind(innermost)
+    elif "libpython" in leaf:
+        native = "C built-ins"
+    elif any(lib in leaf for lib in ("libc.so", "libz.so", "ld-linux", "libstdc++", "libm.so")):
+        native = "system (I/O, memory)"
+    else:
+        native = "library native code"
+    return native, python_kind(innermost), re.sub(r":\d+\)$", ")", innermost)
 
 
-def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str], preset: str) -> dict[str, int]:
-    """This checkout's stages once under py-spy: samples by kind (sample_kind)."""
+def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str], preset: str) -> tuple[Counter, Counter, Counter]:
+    """This checkout's stages once under py-spy: samples by kind both ways (sample_kinds), and textmill's
+    per-document functions by their own samples."""
     if not shutil.which("py-spy"):
         sys.exit('bench_chain: --profile needs py-spy: pip install -e ".[bench]"')
     samples = out / "samples.txt"
-    command = ["py-spy", "record", "--native", "--format", "raw", "--rate", "50", "--output", str(samples), "--",
+    command = ["py-spy", "record", "--native", "--format", "raw", "--rate", "100", "--output", str(samples), "--",
                sys.executable, str(Path(__file__).resolve()), "--child", "--variant", "textmill", "--corpus",
                str(corpus), "--out", str(out), "--workers", "1", "--stages", *stages, "--preset", preset]
     done = subprocess.run(command, cwd=out.parent, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
                           text=True)
     if done.returncode:
         sys.exit(f"py-spy failed:\n{done.stderr[-3000:]}")
-    split: dict[str, int] = {}
+    native, python, functions = Counter(), Counter(), Counter()
     for line in samples.read_text().splitlines():
         stack, count = line.rsplit(" ", 1)
-        if kind := sample_kind(stack):
-            split[kind] = split.get(kind, 0) + int(count)
-    return split
+        if kinds := sample_kinds(stack):
+            native[kinds[0]] += int(count)
+            python[kinds[1]] += int(count)
+            if kinds[0] == "textmill Python, per document":
+                functions[kinds[2]] += int(count)
+    return native, python, functions
 
 
 def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[str], workers: int, preset: str) -> dict:
@@ -270,12 +284,15 @@ def main() -> None:
         if args.profile:
             out = tmp / "profile"
             out.mkdir()
-            split = run_profiled(ROOT, corpus, out, args.stages, args.preset)
-            total = sum(split.values())
+            native, python, functions = run_profiled(ROOT, corpus, out, args.stages, args.preset)
+            total = sum(native.values())
             print(f"\nProfile of this checkout's {', '.join(args.stages)} (py-spy, native frames, 1 worker, {total} "
-                  "samples of running threads):")
-            for kind, samples in sorted(split.items(), key=lambda kv: -kv[1]):
-                print(f"  {kind:32} {samples:7d}  {samples / total:6.1%}")
+                  "samples of running threads), by the innermost frame | by the innermost Python frame:")
+            for kind, samples in native.most_common():
+                print(f"  {kind:32} {samples / total:6.1%} | {python[kind] / total:6.1%}")
+            print("textmill's per-document Python, its largest functions (own samples):")
+            for function, samples in functions.most_common(10):
+                print(f"  {function:70} {samples / total:6.1%}")
     finally:
         if args.against:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "against")],
