@@ -108,14 +108,15 @@ class ShingleHashes:
 
     def __init__(self, separator: str):
         self.separator = separator.encode()
-        self.tables: dict[int, int] = {}  # byte length -> its table's slot
+        self.tables: dict[int, int] = {}  # byte length -> its table's offset in flat_tables
         self.table_rows: list[np.ndarray] = []
         self.flat_tables = np.zeros(0, np.uint32)
         self._forget()
 
     def _forget(self) -> None:
         self.index: dict[str, int] = {}
-        self.columns: tuple[list[int], list[int], list[int]] = ([], [], [])  # first, later, slot of each unit
+        # each unit's register from crc32's start, lin of the separator and it, its shift table's offset
+        self.columns: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.arrays: tuple[np.ndarray, ...] = ()
 
     def _learn(self, unit: str) -> None:
@@ -123,12 +124,11 @@ class ShingleHashes:
         later = self.separator + data
         length = len(later)
         if length not in self.tables:
-            self.tables[length] = len(self.table_rows)
+            self.tables[length] = 1024 * len(self.table_rows)
             self.table_rows.append(_shift_table(length))
-            self.flat_tables = np.concatenate(self.table_rows)
         self.index[unit] = len(self.columns[0])
         for column, value in zip(self.columns, (~zlib.crc32(data) & _M32, ~zlib.crc32(later, _M32) & _M32,
-                                                self.tables[length] * 1024), strict=True):
+                                                self.tables[length]), strict=True):
             column.append(value)
 
     def ids(self, units: list[str]) -> np.ndarray:
@@ -141,18 +141,20 @@ class ShingleHashes:
                 self._learn(unit)
             self.arrays = tuple(np.array(column, dtype) for column, dtype in
                                 zip(self.columns, (np.uint32, np.uint32, np.int64), strict=True))
+            if len(self.flat_tables) < 1024 * len(self.table_rows):  # once a batch, not once a new length
+                self.flat_tables = np.concatenate(self.table_rows)
         return np.fromiter(map(self.index.__getitem__, units), np.int64, len(units))
 
     def of_runs(self, runs: list[list[str]], size: int) -> np.ndarray:
         """crc32 of every shingle of each run (each at least `size` units long), run after run."""
         ids = self.ids(list(itertools.chain.from_iterable(runs)))
-        first, later, slot = self.arrays
+        first, later, offset = self.arrays
         positions = len(ids) - size + 1
         register = first[ids[:positions]]
         tables = self.flat_tables
         for k in range(1, size):
             unit = ids[k : k + positions]
-            base = slot[unit]
+            base = offset[unit]
             register = (tables[base + (register & 255)] ^ tables[base + (256 + ((register >> 8) & 255))]
                         ^ tables[base + (512 + ((register >> 16) & 255))] ^ tables[base + (768 + (register >> 24))]
                         ^ later[unit])
