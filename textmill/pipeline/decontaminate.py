@@ -36,6 +36,7 @@ from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DecontaminateConfig
 from textmill.pipeline.word_ngrams import WORD_RUN, spans, word_runs
 
+
 @dataclass(frozen=True)
 class EvalNgrams:
     """The evaluation n-grams, as tuples of words, and their lengths. Every evaluation word has an id in
@@ -140,8 +141,9 @@ def first_match(text: str, ngrams: EvalNgrams, max_ngram: int) -> tuple[int, str
         return None
     keys = window_keys(word_ids(words, ngrams.vocabulary), shortest)
     maybe = np.flatnonzero(ngrams.head_bits[keys >> np.uint64(64 - HEAD_BITS)])
-    found = ngrams.head_keys[np.minimum(np.searchsorted(ngrams.head_keys, keys[maybe]), len(ngrams.head_keys) - 1)]
-    hits = maybe[found == keys[maybe]]
+    candidates = keys[maybe]
+    found = ngrams.head_keys[np.minimum(np.searchsorted(ngrams.head_keys, candidates), len(ngrams.head_keys) - 1)]
+    hits = maybe[found == candidates]
     if not len(hits):  # most documents: no n-gram can start anywhere
         return None
     last = len(words) - max_ngram

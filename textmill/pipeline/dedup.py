@@ -54,7 +54,6 @@ from textmill.pipeline.stage_configs import DedupConfig
 STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (it merges every shard's)
 
 
-
 def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:
     made_from = {**cfg.signature_params(), "shard_sha256": file_fingerprint(shard)["sha256"], "words_hash": "blake2b-128",
                  "max_document_bytes": max_document_bytes}

@@ -106,7 +106,8 @@ def _is_number(value: object) -> bool:
 
 
 def _fill_test(kind: pa.DataType):
-    """Whether a JSON value can fill a column of this type (a value that cannot stays in the metadata)."""
+    """The test of whether a JSON value can fill a column of this type (a value that cannot stays in the
+    metadata)."""
     if kind == pa.string():
         return _is_string
     return _is_int32 if pa.types.is_integer(kind) else _is_number
