@@ -25,6 +25,7 @@ from textmill.pipeline.stage_configs import (
     DedupConfig,
     InputConfig,
     QualityConfig,
+    RedditConfig,
     ScrapeConfig,
     ShuffleConfig,
 )
@@ -40,6 +41,10 @@ class RunSection(Settings):
     urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, .gz, .bz2, .xz) or folders of them, local "
                                      "or in a store (s3://bucket/urls/); each cut into shards of [blacklist] "
                                      "urls_per_shard URLs")
+    reddit_dumps: tuple[Path, ...] = setting((), "Pushshift submission dumps (RS_YYYY-MM.zst, .gz, .bz2, .xz, or JSON "
+                                             "lines) or folders of them, local or in a store: when given, the run "
+                                             "starts from them, its URL lists being their links by [reddit]'s rules "
+                                             "(urls is not read)")
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)
@@ -111,6 +116,7 @@ class Table(NamedTuple):
 TABLES = {
     "run": Table(RunSection),
     "input": Table(InputConfig),
+    "reddit": Table(RedditConfig),
     "blacklist": Table(BlacklistConfig),
     "scrape": Table(ScrapeConfig),
     "dedup": Table(DedupConfig),
@@ -148,7 +154,7 @@ def example_config() -> str:
 
 
 # The command whose options a table's settings also are.
-COMMANDS = {"input": "every document stage", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
+COMMANDS = {"input": "every document stage", "reddit": "textmill reddit-urls", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
             "dedup": "textmill dedup", "clean": "textmill clean", "quality": "textmill quality",
             "shuffle": "textmill shuffle", "decontaminate": "textmill decontaminate", "tokenize": "textmill tokenize"}
 
@@ -174,6 +180,7 @@ class RunConfig:
     path: Path
     run: RunSection = field(default_factory=RunSection)
     input: InputConfig = field(default_factory=InputConfig)
+    reddit: RedditConfig = field(default_factory=RedditConfig)
     blacklist: BlacklistConfig = field(default_factory=BlacklistConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
@@ -196,7 +203,7 @@ class RunConfig:
 
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
 # (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.
-CORPUS_STAGES = {"blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
+CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
                  "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 

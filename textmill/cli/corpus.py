@@ -1,4 +1,4 @@
-"""`textmill blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate`: each corpus stage on its own,
+"""`textmill reddit-urls | blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate`: each corpus stage on its own,
 over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
 with a one-line summary."""
 
@@ -17,6 +17,7 @@ from textmill.pipeline.stage_configs import (
     DedupConfig,
     InputConfig,
     QualityConfig,
+    RedditConfig,
     ScrapeConfig,
     ShuffleConfig,
 )
@@ -41,6 +42,10 @@ def run_command(args, stage: str, settings: dict) -> tuple:
     if warning:
         print(f"textmill {stage}: {warning}", file=sys.stderr, flush=True)
     return stage_line(summary), result
+
+
+def cmd_reddit_urls(args) -> str:
+    return run_command(args, "reddit-urls", {"reddit": from_namespace(RedditConfig, args)})[0]
 
 
 def cmd_blacklist(args) -> str:
@@ -104,23 +109,35 @@ def add_parsers(sub) -> None:
         p.add_argument("--output", "-o", required=True, help="output folder (or URL in a store): the stage's shards, "
                        "rejects and manifests; its earlier steps in OUTPUT/.textmill. Run again, it skips finished steps")
         p.add_argument("--workers", type=int, default=1, help="steps run at once: this many long-lived worker processes, which end with the command")
-        if name != "blacklist":
+        if name not in ("reddit-urls", "blacklist"):  # their output is URL lists
             p.add_argument("--output-format", choices=("parquet", "jsonl.gz"), default="parquet",
                            help="the kept documents as zstd Parquet (what `datasets.load_dataset(\"parquet\", "
                            "data_dir=OUTPUT)` reads), or as datatrove's JSON lines, NAME.jsonl.gz ({\"text\", \"id\", "
                            "\"metadata\"}, textmill's other columns in the metadata). The next stage reads either; "
                            "switching back and forth runs nothing again")
         add_arguments(p, config, **options)
-        if name not in ("blacklist", "extract"):  # a URL list is cut by --urls-per-shard; a crawl's HTML lies beside it
+        # A dump is streamed whole, a URL list cut by --urls-per-shard; a crawl's HTML lies beside it.
+        if name not in ("reddit-urls", "blacklist", "extract"):
             add_arguments(p, InputConfig)
         return p
 
     docs = ("document shards (Parquet from an earlier stage, or loose JSON lines with a 'text' field), or directories of "
             "them; a file of more than --documents-per-shard documents is cut into units of that many")
 
+    p = stage("reddit-urls", "Reddit submission dumps to URL lists by OpenWebText's rules: every link post with a "
+              "score of at least --min-score, one JSON-lines list per dump (url, submission_id, score, subreddit, "
+              "created_utc), which `textmill blacklist` takes as it takes any list.",
+              "Pushshift submission dumps (RS_YYYY-MM.zst, including those written with zstd --long=31; .gz, .bz2, "
+              ".xz; or JSON lines) or directories of them; each is read as a stream, a task of its own",
+              RedditConfig, help_for={"subreddits": "take links from this subreddit only (any case; repeatable)",
+                                      "exclude_subreddits": "never take links from this subreddit (any case; "
+                                      "repeatable)"})
+    p.set_defaults(func=cmd_reddit_urls)
+
     p = stage("blacklist", "Filter URL lists: malformed, non-http(s), too short, blacklisted domain or extension, duplicate.",
-              "URL lists (.txt, .gz, .bz2, .xz; one URL a line) or directories of them; each is cut into shards of "
-              "at most --urls-per-shard URLs",
+              "URL lists (.txt, one URL a line; .jsonl, a {\"url\": ...} object a line, its other fields kept as "
+              "the URL's metadata; either compressed as .gz, .bz2, .xz) or directories of them; each is cut into "
+              "shards of at most --urls-per-shard URLs",
               BlacklistConfig, help_for={"domain_blacklist": "a file of extra domain labels to block, one a line (adds to "
                                      "the bundled list; repeatable)",
                                      "extension_blacklist": "a file of extra file extensions to block, one a line (adds "

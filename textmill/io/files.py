@@ -182,7 +182,7 @@ def iter_json_lines(path: Path, max_bytes: int = 0) -> Iterator[tuple[int, bytes
     file cut short is one error."""
     try:
         with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb") as f:
-            for lineno, (raw, too_large) in enumerate(_lines(f, max_bytes), 1):
+            for lineno, (raw, too_large) in enumerate(bounded_lines(f, max_bytes), 1):
                 if too_large:
                     yield lineno, raw, None, "too_large"
                 elif raw.strip():
@@ -191,7 +191,7 @@ def iter_json_lines(path: Path, max_bytes: int = 0) -> Iterator[tuple[int, bytes
         raise TextmillError(f"{path} is not a whole gzip file ({exc}); its lines cannot all be read") from None
 
 
-def _lines(f, max_bytes: int) -> Iterator[tuple[bytes, bool]]:
+def bounded_lines(f, max_bytes: int) -> Iterator[tuple[bytes, bool]]:
     """(line, False) for each line of a binary file, or (its first 200 bytes, True) for a line longer than
     `max_bytes` without its line end: such a line is read past a block at a time, never held whole."""
     while raw := (f.readline(max_bytes + 2) if max_bytes else f.readline()):

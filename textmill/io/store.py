@@ -219,6 +219,16 @@ def open_ranged(path: Path) -> Iterator[Path | BinaryIO]:
         yield f
 
 
+def version_stamp(path: Path) -> str:
+    """What tells this version of a file from another without reading it: a mirrored file's version in its
+    store (as last fetched), a local file's size and modification time."""
+    marker = _version_file(path)
+    if url_of(path) is not None and marker.is_file():
+        return marker.read_text()
+    stat = path.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns}"
+
+
 def exists(path: Path) -> bool:
     """Whether the file is there: in the store, for a mirrored path."""
     url = url_of(path)

@@ -4,7 +4,12 @@ Each URL line meets these checks in order; the first that fails is its reject re
 too_long, undecodable, too_short, malformed, control_character, bad_scheme, domain_blacklisted=<label>,
 extension_blacklisted=<ext>, duplicate. (The reference drops only URLs of 8 characters or fewer; too_long and
 control_character keep from the scrape what no server answers: browsers and servers stop near 2 to 8 KB. They
-are fixed rules, in no key, so lists blacklisted before them are not redone.) Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
+are fixed rules, in no key, so lists blacklisted before them are not redone.)
+
+A list is plain text, a URL a line, or JSON lines (LIST.jsonl, compressed or not), a record a line: its `url`,
+and whatever else it holds (what `textmill reddit-urls` writes: the submission's id, score, subreddit and time)
+kept as the URL's `metadata`, which the scrape carries on to its document. A JSON-lines line can also be
+invalid_json, invalid_unicode or no_url (a record without a string `url`). Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
 order changes from run to run), URLs are normalised before the duplicate check, and each unit of an input
 list (textmill.pipeline.units: at most `urls_per_shard` lines) becomes one output shard, so a list
 added later leaves the shards of the earlier ones untouched.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -34,7 +40,7 @@ import pyarrow.parquet as pq
 import tldextract
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, missing_input, read_json_record, write_json
+from textmill.io.files import atomic_path, missing_input, parsed_line, read_json_record, write_json
 from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, write_table
 from textmill.pipeline.stage_configs import BlacklistConfig
 from textmill.pipeline.units import OPENERS, LineUnit, read_unit_lines, url_list_name
@@ -47,6 +53,7 @@ _TLD_LABEL = re.compile(r"^(?:[a-z]{2,63}|xn--[a-z0-9-]{2,59})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_URL_BYTES = 8192  # a longer line is no URL (one of 100 MB took 1.1 GB and a minute to check)
 SHOWN_BYTES = 200  # what a too_long reject keeps of its line
+MAX_JSON_LIST_LINE_BYTES = 1 << 16  # a JSON-lines list's line: its URL and what comes with it
 
 
 def _read_list(lines: Iterable[str]) -> list[str]:
@@ -152,6 +159,39 @@ def check_url(url: str, rules: UrlRules) -> tuple[str | None, str | None]:
     return normalized, None
 
 
+def is_json_list(path: Path) -> bool:
+    """Whether a URL list is JSON lines ({"url": ..., other fields}), by its name: LIST.jsonl, compressed or not."""
+    name = path.name.lower()
+    return any(name.endswith(".jsonl" + suffix) for suffix in ("", *OPENERS))
+
+
+def plain_url(raw: bytes) -> tuple[str, None, str | None]:
+    """A plain list's line: (the URL, no metadata, None), or (what is shown of the line, None, its reject reason)."""
+    if len(raw.strip()) > MAX_URL_BYTES:
+        return raw[:SHOWN_BYTES].decode("utf-8", "backslashreplace"), None, "too_long"
+    try:
+        return raw.decode("utf-8").strip(), None, None
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace"), None, "undecodable"
+
+
+def listed_url(raw: bytes) -> tuple[str, str | None, str | None]:
+    """A JSON-lines list's line, {"url": ..., other fields}: (the URL, the other fields as a JSON object or None,
+    None), or (what is shown of the line, None, its reject reason)."""
+    if len(raw) > MAX_JSON_LIST_LINE_BYTES:
+        return raw[:SHOWN_BYTES].decode("utf-8", "backslashreplace"), None, "too_long"
+    record, reason = parsed_line(raw)
+    if reason:  # undecodable, invalid_json or invalid_unicode
+        return raw[:SHOWN_BYTES].decode("utf-8", "backslashreplace"), None, reason
+    url = record.get("url") if isinstance(record, dict) else None
+    if not isinstance(url, str):
+        return raw[:SHOWN_BYTES].decode("utf-8", "backslashreplace"), None, "no_url"
+    if len(url.encode("utf-8")) > MAX_URL_BYTES:
+        return url[:SHOWN_BYTES], None, "too_long"
+    rest = {key: value for key, value in record.items() if key != "url"}
+    return url.strip(), json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None, None
+
+
 def checked_record(checked: Path) -> Path:
     return checked.with_name(checked.name.removesuffix(".parquet") + ".json")
 
@@ -166,27 +206,23 @@ def check_unit(unit: LineUnit, output: Path, rules: UrlRules, partitions: int) -
     passed in a second file, sorted by the partition their id falls in (one row group each), then the
     record of both (written last). Returns the record."""
     rows, blank, seen = [], 0, set()
+    read_line = listed_url if is_json_list(unit.path) else plain_url
     for lineno, raw in read_unit_lines(unit):
         source = f"{unit.path.name}:{lineno}"
         if not raw.strip():
             blank += 1  # not a record; counted in the manifest
             continue
-        if len(raw.strip()) > MAX_URL_BYTES:
-            rows.append({"id": None, "url": raw[:SHOWN_BYTES].decode("utf-8", "backslashreplace"), "source": source,
-                         "reason": "too_long"})
-            continue
-        try:
-            url = raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            rows.append({"id": None, "url": raw.decode("utf-8", "backslashreplace"), "source": source,
-                         "reason": "undecodable"})
+        url, metadata, reason = read_line(raw)
+        if reason:
+            rows.append({"id": None, "url": url, "source": source, "metadata": metadata, "reason": reason})
             continue
         normalized, reason = check_url(url, rules)
         if reason:
-            rows.append({"id": None, "url": url, "source": source, "reason": reason})
+            rows.append({"id": None, "url": url, "source": source, "metadata": metadata, "reason": reason})
             continue
         uid = url_id(normalized)
-        rows.append({"id": uid, "url": normalized, "source": source, "reason": "duplicate" if uid in seen else None})
+        rows.append({"id": uid, "url": normalized, "source": source, "metadata": metadata,
+                     "reason": "duplicate" if uid in seen else None})
         seen.add(uid)
     write_table(pa.Table.from_pylist(rows, schema=reject_schema(URL_SCHEMA)), output)
     passed = [(partition_of(r["id"], partitions), r["id"], n) for n, r in enumerate(rows) if r["reason"] is None]
@@ -268,10 +304,10 @@ def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             found = sorted(
-                p for p in path.iterdir() if p.is_file() and p.name.lower().endswith((".txt", *OPENERS))
+                p for p in path.iterdir() if p.is_file() and p.name.lower().endswith((".txt", ".jsonl", *OPENERS))
             )
             if not found:
-                raise TextmillError(f"no URL lists (*.txt, *.gz, *.bz2, *.xz) in directory {path}")
+                raise TextmillError(f"no URL lists (*.txt, *.jsonl, *.gz, *.bz2, *.xz) in directory {path}")
             files.extend(found)
         elif path.is_file():
             files.append(path)

@@ -28,9 +28,25 @@ EXTRACTION = {
 }
 
 REASONS: dict[str, dict[str, str]] = {
+    "reddit-urls": {
+        **{reason: f"the line is {says}" for reason, says in JSON_LINE_REASONS.items() if reason != "too_large"},
+        "too_large": "a line longer than 1 MiB (Pushshift's are a few KB)",
+        "not_an_object": "the line is JSON but not an object",
+        "self_post": "a text post (`is_self`), which links nowhere",
+        "no_link": "no `url`, or one that is not http(s)",
+        "no_score": "no whole-number `score`",
+        "low_score": "a score under --min-score",
+        "subreddit_not_listed": "a subreddit not among --subreddits",
+        "subreddit_excluded": "a subreddit among --exclude-subreddits",
+        "nsfw": "marked over 18, without --nsfw",
+    },
     "blacklist": {
         "undecodable": "the line is not UTF-8",
-        "too_long": "a line longer than 8,192 bytes (its first 200 kept)",
+        "too_long": "a URL longer than 8,192 bytes, or a JSON-lines list's line longer than 64 KiB (its first 200 "
+                    "kept)",
+        "invalid_json": "a JSON-lines list's line that is not JSON",
+        "invalid_unicode": "a JSON-lines list's line with a lone surrogate escape (\\ud800-\\udfff), which is not text",
+        "no_url": "a JSON-lines list's record without a string `url`",
         "too_short": "8 characters or fewer",
         "malformed": "not a URL: no host, a bad port or address, a numeric top-level domain",
         "control_character": "a control character (NUL, DEL, ...) in the URL",

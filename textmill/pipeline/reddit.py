@@ -6,56 +6,114 @@ the same from Pushshift's dumps. Those are monthly files of submissions, `RS_YYY
 months, a window of up to 2 GiB (`zstd --long=31`), which a decompressor must be allowed to use. A month is tens of
 GB decompressed: it is read as a stream, a line at a time, never whole.
 
-A submission gives its link when it is a link post (`is_self` false) to an http(s) URL, its score is at least
+A submission gives its link when it is a link post (`is_self` not true) to an http(s) URL, its score is at least
 `min_score`, its subreddit is among `subreddits` (when that is not empty) and not among `exclude_subreddits`, and,
 unless `nsfw`, it is not marked over 18. Otherwise it is a counted reject with its reason. `created_utc` is an
-integer in some months and a string or a float in others: each becomes whole seconds.
+integer in some months and a string or a float in others: each becomes whole seconds (-1 when missing).
+
+A dump's links are a URL list in JSON lines (NAME.jsonl: `url`, `submission_id`, `score`, `subreddit`,
+`created_utc`), which the blacklist cuts into units like any list and whose other fields become each URL's
+metadata. Its rejects keep the same fields, where the submission had them, its line and the reason (not the whole
+submission: a month's rejects would be the size of the month).
 """
 
 from __future__ import annotations
 
+import functools
 import io
-import json
+import lzma
+import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterator
 
+import pyarrow as pa
+
+from textmill.errors import TextmillError
+from textmill.io.files import bounded_lines, parsed_line
+from textmill.io.progress import progress
+from textmill.pipeline.shards import ShardOutput
+from textmill.pipeline.stage_configs import RedditConfig
 from textmill.pipeline.units import OPENERS
 
 ZSTD_MAX_WINDOW = 1 << 31  # zstd --long=31, Pushshift's newer months
+MAX_SUBMISSION_BYTES = 1 << 20  # a submission's line; Pushshift's are a few KB
 _READ_BYTES = 1 << 20
 
-
-@dataclass(frozen=True)
-class SubmissionRules:
-    min_score: int = 3
-    subreddits: frozenset[str] = frozenset()  # lower-cased; empty: every subreddit
-    exclude_subreddits: frozenset[str] = frozenset()
-    nsfw: bool = False
+LINK_SCHEMA = pa.schema([("url", pa.string()), ("submission_id", pa.string()), ("score", pa.int64()),
+                         ("subreddit", pa.string()), ("created_utc", pa.int64()), ("source", pa.string())])
 
 
 @dataclass(frozen=True)
 class Link:
-    """An outbound link and the submission it came from."""
+    """An outbound link and the submission it came from: a line of the URL list a dump gives."""
 
     url: str
-    id: str
+    submission_id: str
     score: int
     subreddit: str
     created_utc: int
+
+
+def dump_name(path: Path) -> str:
+    """RS_2011-01.zst -> RS_2011-01: a dump's name, its URL list's."""
+    from textmill.pipeline.shards import safe_shard_name
+
+    name = path.name
+    for suffix in (".zst", *OPENERS, ".jsonl", ".json", ".ndjson"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return safe_shard_name(name)
+
+
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a file of zstd frames, with windows of up to 2 GiB. A file that ends inside a frame
+    is an error (zstandard's stream reader ends quietly there, so a month cut short would read as a shorter month)."""
+
+    def __init__(self, raw: BinaryIO):
+        import zstandard
+
+        self.error = zstandard.ZstdError
+        self.raw = raw
+        self.decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+        self.frame = None  # the decompressor of the frame being read, None between frames
+        self.pending, self.offset = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self.offset == len(self.pending):
+            chunk = self.raw.read(_READ_BYTES)
+            if not chunk:
+                if self.frame is not None:
+                    raise EOFError("the file ends inside a zstd frame (cut short?)")
+                return 0
+            self.pending, self.offset = self._decompressed(chunk), 0
+        count = min(len(buffer), len(self.pending) - self.offset)
+        buffer[:count] = self.pending[self.offset:self.offset + count]
+        self.offset += count
+        return count
+
+    def _decompressed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self.frame = self.frame or self.decompressor.decompressobj()
+            try:
+                out.append(self.frame.decompress(data))
+            except self.error as exc:
+                raise OSError(f"not zstd data, or damaged ({exc})") from None
+            data, self.frame = (self.frame.unused_data, None) if self.frame.eof else (b"", self.frame)
+        return b"".join(out)
 
 
 @contextmanager
 def open_dump(path: Path) -> Iterator[BinaryIO]:
     """A dump's decompressed bytes as a stream: .zst (any window up to 2 GiB), .gz, .bz2, .xz, or plain."""
     if path.suffix == ".zst":
-        import zstandard
-
-        with open(path, "rb") as raw:
-            reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(raw, _READ_BYTES)
-            with io.BufferedReader(reader, _READ_BYTES) as stream:
-                yield stream
+        with open(path, "rb") as raw, io.BufferedReader(ZstdFrames(raw), _READ_BYTES) as stream:
+            yield stream
     elif path.suffix in OPENERS:
         with OPENERS[path.suffix](path, "rb") as stream:
             yield stream
@@ -77,7 +135,12 @@ def _whole_seconds(value: object) -> int | None:
     return None
 
 
-def judge(record: object, rules: SubmissionRules) -> tuple[Link | None, str | None]:
+@functools.lru_cache(maxsize=8)
+def _lowered(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(name.lower() for name in names)
+
+
+def judge(record: object, rules: RedditConfig) -> tuple[Link | None, str | None]:
     """(the submission's link, None), or (None, the reason it gives none)."""
     if not isinstance(record, dict):
         return None, "not_an_object"
@@ -93,9 +156,9 @@ def judge(record: object, rules: SubmissionRules) -> tuple[Link | None, str | No
         return None, "low_score"
     subreddit = record.get("subreddit")
     subreddit = subreddit if isinstance(subreddit, str) else ""
-    if rules.subreddits and subreddit.lower() not in rules.subreddits:
+    if rules.subreddits and subreddit.lower() not in _lowered(rules.subreddits):
         return None, "subreddit_not_listed"
-    if subreddit.lower() in rules.exclude_subreddits:
+    if subreddit.lower() in _lowered(rules.exclude_subreddits):
         return None, "subreddit_excluded"
     if record.get("over_18") is True and not rules.nsfw:
         return None, "nsfw"
@@ -103,14 +166,36 @@ def judge(record: object, rules: SubmissionRules) -> tuple[Link | None, str | No
     return Link(url.strip(), str(record.get("id", "")), score, subreddit, -1 if created is None else created), None
 
 
-def submission_links(lines: Iterable[bytes], rules: SubmissionRules) -> Iterator[tuple[Link | None, str | None]]:
-    """Each line's verdict (judge), a line that is not JSON rejected as invalid_json; blank lines pass unseen."""
-    for line in lines:
-        if not line.strip():
-            continue
+def _rejected_fields(record: object) -> dict:
+    """What a reject keeps of its submission: the link's fields, where they have their types."""
+    record = record if isinstance(record, dict) else {}
+
+    def typed(key: str, kind: type):
+        value = record.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    return {"url": typed("url", str), "submission_id": typed("id", str), "score": typed("score", int),
+            "subreddit": typed("subreddit", str), "created_utc": _whole_seconds(record.get("created_utc"))}
+
+
+def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
+    """The links of one submission dump into the JSON-lines URL list `output` (NAME.jsonl), its rejects and
+    manifest beside it (textmill.pipeline.shards); returns the manifest. Memory: a line and a batch of rows."""
+    lines = 0
+    with open_dump(dump) as stream, ShardOutput("reddit-urls", output, LINK_SCHEMA, [dump], rules.params()) as stage, \
+            progress(desc=f"reddit-urls {dump.name}", unit="submission") as shown:
         try:
-            record = json.loads(line)
-        except ValueError:
-            yield None, "invalid_json"
-            continue
-        yield judge(record, rules)
+            for lineno, (raw, too_large) in enumerate(bounded_lines(stream, MAX_SUBMISSION_BYTES), 1):
+                if not raw.strip():
+                    continue
+                lines += 1
+                record, reason = (None, "too_large") if too_large else parsed_line(raw)
+                link, reason = (None, reason) if reason else judge(record, rules)
+                if link is not None:
+                    stage.keep(asdict(link))
+                else:
+                    stage.reject({**_rejected_fields(record), "source": f"{dump.name}:{lineno}"}, reason)
+                shown.update(1)
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise TextmillError(f"cannot read {dump}: {exc}") from None
+        return stage.finish(lines)

@@ -106,6 +106,7 @@ async def _scrape_pending(
                     "word_count": None,
                     "elapsed_s": None,
                     "fetched_at": None,
+                    "metadata": url_row["metadata"],
                 }
                 reason, charset = got.reason, None
                 if reason is None and looks_binary(got.body):
@@ -164,7 +165,7 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
     output.parent.mkdir(parents=True, exist_ok=True)
     chunks = Chunks(output, total, cfg, save_progress)
     resumed = chunks.finished()
-    queue = ((n, row) for n, row in enumerate(read_rows(url_shard, columns=["id", "url"], kind="URL"))
+    queue = ((n, row) for n, row in enumerate(read_rows(url_shard, kind="URL"))
              if chunks.pending(n))
     try:
         with progress(total=total, initial=resumed, desc=f"scrape {url_shard.stem}", unit="url") as fetched:

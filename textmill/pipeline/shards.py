@@ -2,7 +2,7 @@
 
 A stage turns input shards into one output shard per input (or per bucket). Each output is three files:
 
-    NAME.parquet             the kept records (zstd Parquet)
+    NAME.parquet             the kept records (zstd Parquet; a URL list, reddit-urls' output, as NAME.jsonl)
     .rejects/NAME.parquet    the rejected records, same columns plus `reason`
     .manifests/NAME.json     counts, reasons, parameters, input fingerprints, timings
 
@@ -19,6 +19,7 @@ never leaves something that looks finished. `ShardOutput.finish` checks `kept + 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -48,6 +49,8 @@ URL_SCHEMA = pa.schema(
         ("id", pa.string()),  # stable document id, derived from the normalised URL
         ("url", pa.string()),  # normalised URL
         ("source", pa.string()),  # "<file>:<line>" the URL came from
+        ("metadata", pa.string()),  # what a JSON-lines list gave with the URL (a Reddit submission's id, score,
+        # subreddit, time) as a JSON object, carried on to its document; null for a plain list
     ]
 )
 
@@ -206,6 +209,32 @@ class ShardWriter:
             self._tmp.unlink()
 
 
+class JsonLinesWriter:
+    """ShardWriter's `write`, `close` and `abort` for a JSON-lines file (UTF-8, an object a line): the kept
+    records of a stage whose output is a list another tool reads as text (a URL list)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = temporary_path(path)
+        self._file = open(self._tmp, "wb")
+
+    def write(self, row: dict) -> None:
+        self._file.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+        self.rows += 1
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
 def reason_key(reason: str) -> str:
     """Reasons may carry a detail after '=' (`near_duplicate_of=<id>`, `status=404`); counts group
     by the part before it unless the detail is a small closed set (status codes, languages)."""
@@ -221,14 +250,14 @@ class ShardOutput:
     """
 
     def __init__(self, stage: str, output: Path, schema: pa.Schema, inputs: Iterable[Path], params: dict):
-        if not _SHARD_NAME.match(output.stem) or output.suffix != ".parquet":
-            raise TextmillError(f"bad output shard path {output} (want NAME.parquet, NAME of [A-Za-z0-9_-])")
+        if not _SHARD_NAME.match(output.stem) or output.suffix not in (".parquet", ".jsonl"):
+            raise TextmillError(f"bad output shard path {output} (want NAME.parquet or NAME.jsonl, NAME of [A-Za-z0-9_-])")
         self.stage = stage
         self.output = output
         self.inputs = [Path(p) for p in inputs]
         self.params = params
         self.reasons: Counter[str] = Counter()
-        self._kept = ShardWriter(output, schema)
+        self._kept = JsonLinesWriter(output) if output.suffix == ".jsonl" else ShardWriter(output, schema)
         self._rejects = ShardWriter(rejects_path(output), reject_schema(schema))
         self._split_rows = 0  # kept rows beyond one per kept input record
         self._started = time.perf_counter()
@@ -378,7 +407,7 @@ def read_rows(shard: Path, columns: list[str] | None = None, kind: str | None = 
         reader = pq.ParquetFile(shard)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TextmillError(f"cannot read Parquet shard {shard}: {exc}") from None
-    wanted = kind == "document" and columns is None
+    wanted = kind is not None and columns is None
     missing = [n for n in LATER_COLUMNS if n not in reader.schema_arrow.names] if wanted else []
     if kind is not None and shard_kind(reader.schema_arrow) != kind:
         found = shard_kind(reader.schema_arrow)

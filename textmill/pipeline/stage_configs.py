@@ -41,6 +41,17 @@ class InputConfig(StageConfig):
 
 
 @dataclass(frozen=True)
+class RedditConfig(StageConfig):
+    """Which Reddit submissions give their link (OpenWebText's rule: a link post with a score of at least 3)."""
+
+    min_score: int = setting(3, "least score (karma) of a submission whose link is taken (OpenWebText's: 3)")
+    subreddits: tuple[str, ...] = setting((), "take links from these subreddits only (any case); none given: every "
+                                          "subreddit")
+    exclude_subreddits: tuple[str, ...] = setting((), "never take links from these subreddits (any case)")
+    nsfw: bool = setting(False, "also take the links of submissions marked over 18")
+
+
+@dataclass(frozen=True)
 class BlacklistConfig(StageConfig):
     domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")

@@ -90,13 +90,15 @@ class RowUnit(FileUnit):
 
 
 def url_list_name(path: Path) -> str:
-    """RS_2011-01.bz2.deduped.txt -> RS_2011-01_bz2_deduped: a list's name, before its units' numbers."""
+    """RS_2011-01.bz2.deduped.txt -> RS_2011-01_bz2_deduped: a list's name, before its units' numbers
+    (LIST.txt, LIST.jsonl, each compressed or not: LIST)."""
     name = path.name
     for suffix in OPENERS:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
-    if name.lower().endswith(".txt"):
-        name = name[:-4]
+    for suffix in (".txt", ".jsonl"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
     return safe_shard_name(name)
 
 

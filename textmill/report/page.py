@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from pathlib import Path
+from typing import Iterator
 
 from textmill.io.files import atomic_path
 from textmill.report.record import RunRecord, StageCounts
@@ -187,6 +189,13 @@ def example(row: dict) -> dict:
     return {"id": row.get("id"), "url": row.get("url"), "text": excerpt(row.get("text"))}
 
 
+def json_lines(path: Path) -> Iterator[dict]:
+    """The records of a JSON-lines shard (reddit-urls' URL lists)."""
+    with open(path, "rb") as f:
+        for line in f:
+            yield json.loads(line)
+
+
 def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
     """A few records a stage kept, and a few it rejected for each reason, from its first shards (local); a
     reject that names another document (`near_duplicate_of=<id>`) with that document's URL."""
@@ -195,7 +204,7 @@ def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
 
     kept: list[dict] = []
     for shard in shards[:SCANNED_SHARDS]:
-        for row in read_rows(shard):
+        for row in json_lines(shard) if shard.suffix == ".jsonl" else read_rows(shard):
             if len(kept) == KEPT_EXAMPLES:
                 break
             kept.append(example(row))

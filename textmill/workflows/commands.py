@@ -66,7 +66,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
             raise why_unfinished(stage, folder, started)
         remove_stale(stage, folder, targets)
         result = stage_result(stage, config)
-        if stage != "blacklist":  # its shards are URLs, not documents
+        if stage not in ("reddit-urls", "blacklist"):  # their shards are URL lists, not documents
             place_kept(folder, kept_shards(stage, config), output_format)
         return result
 

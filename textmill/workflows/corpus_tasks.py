@@ -1,5 +1,6 @@
 """The corpus tasks from the URL lists to the cleaned shards: thin tasks over textmill.pipeline.
 
+    [RedditLinks(d): a URL list per submission dump, when the run starts from Reddit's (sources.py)]
     GivenFile(i) -> BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i)
       -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i)
       -> CleanShard(i) -> [QualityShard(i)]                        (then shuffle_tasks.py)
@@ -14,10 +15,12 @@ the last list, leave every earlier shard, its scrape and its MinHash signatures 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import luigi
 
 from textmill.io.files import file_fingerprint
+from textmill.io.store import fetch
 from textmill.pipeline.shards import earlier_or_current, manifest_path, record_path, sidecar_path
 from textmill.run_file import RunConfig
 from textmill.workflows.framework import (
@@ -30,7 +33,8 @@ from textmill.workflows.framework import (
     num_shards,
     url_stamps,
 )
-from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer
+from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer, run_config
+from textmill.workflows.sources import REDDIT_STAGE, dump_files, given_dumps, reddit_key
 from textmill.workflows.targets import ShardTarget, WorkTarget
 
 
@@ -343,3 +347,50 @@ class QualityShard(MapShard):
 
     stage, command, table, function = "4-quality", "quality", "quality", "textmill.pipeline.quality:quality_shard"
     reads = CleanShard
+
+
+class RedditLinks(RunTask):
+    """The links of one submission dump by [reddit]'s rules: a JSON-lines URL list, its rejects and manifest."""
+
+    stage = REDDIT_STAGE
+    dump = luigi.IntParameter(description="position of the dump, in order")
+    fanned_by = "dump"
+
+    def fan_count(self) -> int:
+        return len(dump_files(self.settings))
+
+    def path(self) -> Path:
+        return dump_files(self.settings)[self.dump]
+
+    def own_key(self) -> str:
+        return reddit_key(self.settings, self.path())
+
+    def target(self) -> ShardTarget:
+        from textmill.pipeline.reddit import dump_name
+
+        shard = self.folder() / f"{dump_name(self.path())}.jsonl"
+        return ShardTarget(shard, manifest_path(shard))
+
+    def make(self):
+        from textmill.pipeline.reddit import reddit_links
+
+        reddit_links(fetch(self.path()), self.output().shard, self.settings.reddit)
+
+    def shown(self) -> str:
+        return f"{self.task_family}({self.path().name})"
+
+
+def source_tasks(config: str) -> list[RedditLinks]:
+    """The tasks that write the run's URL lists before its graph can be known (none for a run from [run] urls)."""
+    settings = run_config(config)
+    return [RedditLinks(config, d) for d in range(len(dump_files(settings)))] if given_dumps(settings) else []
+
+
+def sources_finished(config: str) -> bool:
+    """Whether the run's URL lists are all there (so its graph can be known), made current on this machine."""
+    sources = source_tasks(config)
+    if not all(task.complete() for task in sources):
+        return False
+    for task in sources:
+        task.output().local()
+    return True

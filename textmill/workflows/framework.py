@@ -20,8 +20,6 @@ task there, since OUT is not keyed), and the folders of the steps before them li
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import luigi
@@ -31,7 +29,8 @@ from textmill.io.store import listed_folders
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import CORPUS_STAGES, RunConfig
 from textmill.pipeline.units import LineUnit, RowUnit
-from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, listed_inputs, listed_units, run_config
+from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, key_of, listed_inputs, listed_units, run_config
+from textmill.workflows.sources import dump_files, url_lists
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
 
 
@@ -40,16 +39,10 @@ from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, W
 Unit = LineUnit | RowUnit | Path
 
 
-def key_of(*parts) -> str:
-    """A short stable hash of JSON-able parts."""
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def url_stamps(settings: RunConfig) -> tuple:
-    """The modification and change times of the [run] urls entries: a file added to a folder changes the
+    """The modification and change times of the URL lists' entries: a file added to a folder changes the
     folder's; an edit whose modification time was put back still changes the change time."""
-    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in settings.run.urls)
+    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in url_lists(settings))
 
 
 def starts_with_url_lists(settings: RunConfig) -> bool:
@@ -59,10 +52,12 @@ def starts_with_url_lists(settings: RunConfig) -> bool:
 
 
 def input_files(settings: RunConfig) -> tuple[Path, ...]:
-    """The files the graph starts from, in order: the URL lists of [run] urls (or the shards given to a
+    """The files the graph starts from, in order: the URL lists (url_lists; or the shards or dumps given to a
     stage command), listed again only when an entry changes (every task asks, so listing each time made
     the graph quadratic in the number of files)."""
-    return listed_inputs(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings))
+    if settings.command == "reddit-urls":
+        return dump_files(settings)
+    return listed_inputs(url_lists(settings), url_stamps(settings), starts_with_url_lists(settings))
 
 
 def input_units(settings: RunConfig) -> tuple[Unit, ...]:
@@ -71,7 +66,7 @@ def input_units(settings: RunConfig) -> tuple[Unit, ...]:
     given to a stage command cut into units of at most [input] documents_per_shard documents, or taken
     whole when it is no bigger (and always by `textmill extract`, whose shards have their HTML beside)."""
     per_document_unit = 0 if settings.command == "extract" else settings.input.documents_per_shard
-    return listed_units(settings.run.urls, url_stamps(settings), starts_with_url_lists(settings),
+    return listed_units(url_lists(settings), url_stamps(settings), starts_with_url_lists(settings),
                         settings.blacklist.urls_per_shard, per_document_unit)
 
 

@@ -9,9 +9,17 @@ textmill.io.files keeps the two memos about files (fingerprints, damage already 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from pathlib import Path
 
 from textmill.run_file import RunConfig, load_config
+
+def key_of(*parts) -> str:
+    """A short stable hash of JSON-able parts: what names a task's folder (memoized below, by task)."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 # RunTask.key by (task id, settings, URL list stamps): keys are chains (a dedup key holds every shard's
 # scrape key), so each is computed once.
@@ -24,6 +32,9 @@ TASK_FOLDERS: dict[tuple, object] = {}
 # The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
 BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
 
+# The URL lists a run's Reddit dumps give, by settings (source_tasks.reddit_lists): every key asks for them.
+REDDIT_LISTS: dict[RunConfig, tuple] = {}
+
 # The shuffle's shard count by its plan file, once written (a keyed folder's plan never changes): every task of
 # the fan-out over the shuffled shards asks for it, to know its batch (batches.py).
 PLANNED_COUNTS: dict[object, int] = {}
@@ -32,7 +43,7 @@ PLANNED_COUNTS: dict[object, int] = {}
 def forget() -> None:
     """Drop every memo: a run, a stage command or a status starts from the files as they are now (a URL
     list changed in place, inside a folder whose own time did not change, is read again)."""
-    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, PLANNED_COUNTS):
+    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, REDDIT_LISTS, PLANNED_COUNTS):
         memo.clear()
     for cached in (_read_config, listed_inputs, listed_units, given_tokenizer):
         cached.cache_clear()

@@ -15,6 +15,7 @@ from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
 from textmill.workflows.records import FAILURES, read_record, task_seconds
+from textmill.workflows.corpus_tasks import source_tasks, sources_finished
 from textmill.workflows.stages import StageRecord, read, run_stages
 from textmill.workflows.token_tasks import MergeDataset
 
@@ -22,8 +23,11 @@ RUNS = "runs"
 
 
 def run_targets(config: Path) -> list[luigi.Task]:
-    """What a run makes: everything (EndToEnd), and each corpus stage's record for the run's record."""
+    """What a run makes: everything (EndToEnd), and each corpus stage's record for the run's record; until the
+    URL lists a run's Reddit dumps give are all there, those lists (the rest of the graph is built from them)."""
     config = str(Path(config).resolve())
+    if not sources_finished(config):
+        return source_tasks(config)
     return [EndToEnd(config), *(StageRecord(config, stage.name) for stage in run_stages(run_config(config)))]
 
 
@@ -85,7 +89,10 @@ def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok
                        status="done" if ok else "failed")
     if not ok:
         record.failed = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
+    lists_written = sources_finished(config)
     add_corpus(record, config)
+    if not lists_written:  # the graph after the URL lists is not known yet
+        return record
     train = TrainGPT(config)
     if settings.train.enabled and train.complete():
         record.train = Training.from_dict(read(train.output().done))

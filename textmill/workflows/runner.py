@@ -29,6 +29,7 @@ from textmill.workflows.framework import RunTask, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
 from textmill.workflows.run_records import record_run, run_graph, run_record, run_targets
+from textmill.workflows.corpus_tasks import source_tasks
 from textmill.workflows.workers import HELD_LOCKS, build
 
 
@@ -294,6 +295,11 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
 def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> RunResult:
     configure_luigi()
     name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
+    sources = source_tasks(str(config))
+    if sources and not all(task.complete() for task in sources):  # the graph after them is known once they are
+        build(batched(sources, tasks_per_stage(str(config), workers, scheduler_url)), workers, scheduler_url,
+              Schedulers(), log_level="WARNING")
+        forget()
     targets = run_targets(config)
     # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
     # would not look at it): its record is rebuilt rather than missing from every later report.

@@ -44,7 +44,7 @@ def read(path: Path) -> dict:
 
 def shard_files(tasks: list) -> list[Path]:
     """The shards a stage's `shards` tasks write: one each, or a set's (the shuffle's, decontamination's)."""
-    if isinstance(tasks[0], ShardTask):
+    if isinstance(tasks[0], (ShardTask, c.RedditLinks)):
         return [task.output().shard for task in tasks]
     return tasks[0].output().shards
 
@@ -118,6 +118,7 @@ class Stage:
 
 
 STAGES = (
+    Stage("reddit-urls", c.source_tasks, in_run=lambda settings: bool(settings.run.reddit_dumps)),
     Stage("blacklist", per_unit(c.BlacklistShard), blacklist_steps),
     Stage("scrape", per_unit(c.ScrapeShard)),
     # Pages a scrape kept, extracted again (`textmill extract`): a command's stage, in no run.

@@ -3,6 +3,7 @@ files and partitions."""
 
 import bz2
 import gzip
+import json
 import lzma
 import re
 
@@ -93,6 +94,34 @@ def test_files_compressed_duplicates_and_order(tmp_path):
     assert manifests[1]["reasons"] == {"duplicate": 1}
     for m in manifests:
         assert m["counts"]["kept"] + m["counts"]["rejected"] == m["counts"]["input"]
+
+
+def test_a_json_lines_list_keeps_each_urls_other_fields_as_its_metadata(tmp_path):
+    """LIST.jsonl (what `textmill reddit-urls` writes), compressed or not, beside a plain list: each record's `url`
+    is checked as a plain line's is, its other fields kept as the URL's metadata; a line that is no such record is
+    a reject with its reason; a URL from a plain list has no metadata."""
+    (tmp_path / "in").mkdir()
+    records = [{"url": "https://example.com/1", "submission_id": "a1", "score": 5, "subreddit": "news ☃"},
+               {"url": "http://imgur.com/x", "score": 9}, {"url": "https://example.com/2"},
+               {"url": "https://example.com/1", "score": 7}]
+    lines = [json.dumps(r, ensure_ascii=False) for r in records] + ["{broken", '["https://example.com/3"]',
+                                                                   '{"link": "https://example.com/4"}',
+                                                                   '{"url": "https://example.com/\\udc00"}']
+    with gzip.open(tmp_path / "in" / "RS_2011-01.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    (tmp_path / "in" / "z.txt").write_text("https://example.com/9\n")
+    manifests = run_stage("blacklist", [tmp_path / "in"], tmp_path / "out", {"blacklist": BlacklistConfig()}).manifests
+    assert [m["output"] for m in manifests] == ["RS_2011-01-00000.parquet", "z-00000.parquet"]
+    kept = pq.read_table(tmp_path / "out" / "RS_2011-01-00000.parquet").to_pylist()
+    assert [(r["url"], r["source"]) for r in kept] == [("https://example.com/1", "RS_2011-01.jsonl.gz:1"),
+                                                        ("https://example.com/2", "RS_2011-01.jsonl.gz:3")]
+    assert [json.loads(r["metadata"]) if r["metadata"] else None for r in kept] == [
+        {"submission_id": "a1", "score": 5, "subreddit": "news ☃"}, None]
+    rejects = pq.read_table(tmp_path / "out" / ".rejects" / "RS_2011-01-00000.parquet").to_pylist()
+    assert [r["reason"] for r in rejects] == ["domain_blacklisted=imgur", "duplicate", "invalid_json", "no_url",
+                                              "no_url", "invalid_unicode"]
+    assert json.loads(rejects[1]["metadata"]) == {"score": 7}
+    assert pq.read_table(tmp_path / "out" / "z-00000.parquet").column("metadata").to_pylist() == [None]
 
 
 def test_user_lists_extend_bundled_ones(tmp_path):

@@ -5,6 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 from support.runs import write_config
+from textmill.demo.reddit import write_dumps
 from textmill.workflows import EndToEnd
 from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import run_config
@@ -45,5 +46,9 @@ def test_the_stages_are_the_run_files_corpus_stages_in_order(tmp_path):
 
     assert [stage.name for stage in STAGES] == list(CORPUS_STAGES)
     config = run_file(tmp_path, "gopher")
+    from_dumps = tmp_path / "from-dumps.toml"  # the same run, started from Reddit's submission dumps
+    from_dumps.write_text(Path(config).read_text().replace('urls = ["urls"]', 'reddit_dumps = ["dumps"]'))
+    write_dumps([f"http://127.0.0.1:9/article/{i}.html" for i in range(6)], tmp_path / "dumps")
     for stage in STAGES:
-        assert {task.stage for task in stage.shards(config)} == {CORPUS_STAGES[stage.name]}
+        given = str(from_dumps) if stage.name == "reddit-urls" else config
+        assert {task.stage for task in stage.shards(given)} == {CORPUS_STAGES[stage.name]}

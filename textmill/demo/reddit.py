@@ -1,0 +1,73 @@
+"""Reddit submission dumps for the demo, the tests and the benchmarks, in Pushshift's schema and compressed as the
+real ones are (`zstd --long=31`: a frame that declares a 2 GiB window), linking to given URLs: seeded, with what
+OpenWebText's rules leave out among them (self posts, scores under 3, NSFW submissions) and links submitted again
+in a later month, which the blacklist finds as duplicates."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import random
+from pathlib import Path
+from urllib.parse import urlsplit
+
+SUBREDDITS = ("news", "worldnews", "science", "technology", "books", "history")
+
+
+def submissions(urls: list[str], months: tuple[str, ...], seed: int) -> dict[str, list[dict]]:
+    """Each month's submissions: every URL linked once, in a month of its own, with a score from -2 to 40 (about
+    one in four under 3, some marked over 18), self posts between them, and one link in ten submitted again
+    in a later month."""
+    rng = random.Random(seed)
+    by_month: dict[str, list[dict]] = {month: [] for month in months}
+    for number, url in enumerate(urls):
+        month = months[number % len(months)]
+        by_month[month].append(_submission(rng, month, len(by_month[month]), url))
+        later = months[months.index(month) + 1:]
+        if later and rng.random() < 0.1:
+            again = later[0]
+            by_month[again].append(_submission(rng, again, len(by_month[again]), url))
+        if rng.random() < 0.2:
+            by_month[month].append(_submission(rng, month, len(by_month[month]), None))
+    return by_month
+
+
+def _submission(rng: random.Random, month: str, number: int, url: str | None) -> dict:
+    """One submission as Pushshift writes it: a link post to `url`, or a self post (url None)."""
+    year, month_number = (int(part) for part in month.split("-"))
+    created = 1_293_840_000 + (year - 2011) * 31_536_000 + (month_number - 1) * 2_592_000 + number * 37
+    post_id = f"{year % 100:02d}{month_number:02d}{number:05x}"
+    subreddit = rng.choice(SUBREDDITS)
+    return {
+        "id": post_id, "name": f"t3_{post_id}", "author": f"user{rng.randrange(10_000)}", "subreddit": subreddit,
+        "title": f"Submission {post_id}", "is_self": url is None, "over_18": rng.random() < 0.05,
+        "url": url or f"https://www.reddit.com/r/{subreddit}/comments/{post_id}/",
+        "domain": urlsplit(url).hostname or "" if url else f"self.{subreddit}", "score": rng.choice([-2, 0, 1, 2, *range(3, 41)]),
+        "num_comments": rng.randrange(200), "permalink": f"/r/{subreddit}/comments/{post_id}/",
+        # Pushshift wrote created_utc as a number in some months and as a string in others.
+        "created_utc": str(created) if month_number % 2 == 0 else created,
+        "selftext": "" if url else "A text post, which links nowhere.",
+    }
+
+
+def write_dump(rows: list[dict], path: Path) -> Path:
+    """Rows as a dump, a JSON object a line, compressed by the name's suffix: .zst as `zstd --long=31` writes a
+    month, .gz, .bz2, or plain JSON lines."""
+    data = b"".join(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n" for row in rows)
+    if path.suffix == ".zst":
+        import zstandard
+
+        params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+        with open(path, "wb") as f, zstandard.ZstdCompressor(compression_params=params).stream_writer(f) as writer:
+            writer.write(data)
+    else:
+        path.write_bytes({".gz": lambda d: gzip.compress(d, mtime=0), ".bz2": bz2.compress}.get(path.suffix, bytes)(data))
+    return path
+
+
+def write_dumps(urls: list[str], folder: Path, months: tuple[str, ...] = ("2011-01", "2011-02"), seed: int = 0,
+                suffix: str = ".zst") -> list[Path]:
+    """RS_<month><suffix> in `folder` for each month, linking to `urls` (submissions); the files, in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [write_dump(rows, folder / f"RS_{month}{suffix}") for month, rows in submissions(urls, months, seed).items()]
