@@ -28,6 +28,7 @@ from textmill.pipeline.stage_configs import (
     RedditConfig,
     ScrapeConfig,
     ShuffleConfig,
+    WarcConfig,
 )
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, reference_table, setting
 from textmill.tokenizers.tokenize_config import TokenizeConfig
@@ -45,6 +46,10 @@ class RunSection(Settings):
                                              "lines) or folders of them, local or in a store: when given, the run "
                                              "starts from them, its URL lists being their links by [reddit]'s rules "
                                              "(urls is not read)")
+    warcs: tuple[Path, ...] = setting((), "web archives (.warc.gz or .warc: Common Crawl's, a crawler's) or folders "
+                                      "of them, local or in a store: when given, the run starts from the pages they "
+                                      "hold, extracted by [scrape]'s extractor, with no URL list and no fetch (urls "
+                                      "is not read)")
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)
@@ -117,6 +122,7 @@ TABLES = {
     "run": Table(RunSection),
     "input": Table(InputConfig),
     "reddit": Table(RedditConfig),
+    "warc": Table(WarcConfig),
     "blacklist": Table(BlacklistConfig),
     "scrape": Table(ScrapeConfig),
     "dedup": Table(DedupConfig),
@@ -154,7 +160,7 @@ def example_config() -> str:
 
 
 # The command whose options a table's settings also are.
-COMMANDS = {"input": "every document stage", "reddit": "textmill reddit-urls", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
+COMMANDS = {"input": "every document stage", "reddit": "textmill reddit-urls", "warc": "textmill warc", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
             "dedup": "textmill dedup", "clean": "textmill clean", "quality": "textmill quality",
             "shuffle": "textmill shuffle", "decontaminate": "textmill decontaminate", "tokenize": "textmill tokenize"}
 
@@ -181,6 +187,7 @@ class RunConfig:
     run: RunSection = field(default_factory=RunSection)
     input: InputConfig = field(default_factory=InputConfig)
     reddit: RedditConfig = field(default_factory=RedditConfig)
+    warc: WarcConfig = field(default_factory=WarcConfig)
     blacklist: BlacklistConfig = field(default_factory=BlacklistConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
@@ -203,8 +210,8 @@ class RunConfig:
 
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
 # (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.
-CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape": "2-scrape", "extract": "2-extract", "dedup": "3-dedup",
-                 "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
+CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape": "2-scrape", "warc": "2-warc",
+                 "extract": "2-extract", "dedup": "3-dedup", "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -306,6 +313,9 @@ def checked(path: Path, values: dict) -> RunConfig:
     if settings.train.resume == "latest" and not settings.tokenize.vocab_file:
         raise TextmillError("[train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on each corpus "
                             "gives each model its own vocabulary")
+    if settings.run.reddit_dumps and settings.run.warcs:
+        raise TextmillError("[run] reddit_dumps and warcs are two starts of a run: give one (a run from dumps fetches "
+                            "their links; one from archives reads the pages they hold)")
     settings.schedule.hour_minute()
     return settings
 

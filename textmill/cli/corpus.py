@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
 from textmill.errors import TextmillError
 from textmill.pipeline.stage_configs import (
+    EXTRACTION_SETTINGS,
     BlacklistConfig,
     CleanConfig,
     DecontaminateConfig,
@@ -20,6 +22,7 @@ from textmill.pipeline.stage_configs import (
     RedditConfig,
     ScrapeConfig,
     ShuffleConfig,
+    WarcConfig,
 )
 from textmill.settings import add_arguments, from_namespace
 
@@ -54,6 +57,11 @@ def cmd_blacklist(args) -> str:
 
 def cmd_scrape(args) -> str:
     return run_command(args, "scrape", {"scrape": from_namespace(ScrapeConfig, args)})[0]
+
+
+def cmd_warc(args) -> str:
+    settings = {"scrape": from_namespace(ScrapeConfig, args), "warc": from_namespace(WarcConfig, args)}
+    return run_command(args, "warc", settings)[0]
 
 
 def cmd_extract(args) -> str:
@@ -116,8 +124,8 @@ def add_parsers(sub) -> None:
                            "\"metadata\"}, textmill's other columns in the metadata). The next stage reads either; "
                            "switching back and forth runs nothing again")
         add_arguments(p, config, **options)
-        # A dump is streamed whole, a URL list cut by --urls-per-shard; a crawl's HTML lies beside it.
-        if name not in ("reddit-urls", "blacklist", "extract"):
+        # A dump is streamed whole, a URL list or an archive cut by its own setting; a crawl's HTML lies beside it.
+        if name not in ("reddit-urls", "blacklist", "warc", "extract"):
             add_arguments(p, InputConfig)
         return p
 
@@ -153,6 +161,13 @@ def add_parsers(sub) -> None:
 
     fetching = ("concurrency", "timeout_s", "max_bytes", "max_redirects", "allow_private_addresses", "allow_networks",
                 "keep_html", "user_agent")
+    p = stage("warc", "Read the pages of web archives (WARC files: Common Crawl's, a crawler's) into the document "
+              "shards a scrape writes: each HTML response extracted as a fetched page is, fetching nothing.",
+              "web archives (.warc.gz, .warc) or directories of them; each is cut into shards of at most "
+              "--responses-per-shard pages", WarcConfig)
+    add_arguments(p, ScrapeConfig, skip=tuple(f.name for f in fields(ScrapeConfig) if f.name not in EXTRACTION_SETTINGS))
+    p.set_defaults(func=cmd_warc)
+
     p = stage("extract", "Extract title and text again from the HTML a scrape kept (--keep-html), fetching nothing: to "
               "switch extractors on an existing crawl.", "scraped shards (with their .html/NAME.parquet), or directories "
               "of them", ScrapeConfig, skip=fetching)

@@ -110,6 +110,14 @@ REASONS: dict[str, dict[str, str]] = {
 }
 # Extracting again from a kept crawl keeps what the scrape rejected, for the same reasons.
 REASONS["extract"] = REASONS["scrape"]
+# A page read from a web archive is rejected for what would reject it once fetched.
+REASONS["warc"] = {
+    "bad_url": "the record's WARC-Target-URI is not an http(s) URL",
+    "broken_response": "the record holds no HTTP response that can be parsed",
+    **{reason: says for reason, says in REASONS["scrape"].items()
+       if reason in ("status=<code>", "content_type=<type>", "too_large", "binary_content")},
+    **EXTRACTION,
+}
 
 
 @lru_cache(maxsize=None)

@@ -52,6 +52,14 @@ class RedditConfig(StageConfig):
 
 
 @dataclass(frozen=True)
+class WarcConfig(StageConfig):
+    """How WARC files are cut into units of work (what is extracted from them is [scrape]'s extractor and limits)."""
+
+    responses_per_shard: int = setting(10_000, "response records of a WARC file per unit of work: each file is cut "
+                                       "into shards of at most this many pages, each a task of its own", least=1)
+
+
+@dataclass(frozen=True)
 class BlacklistConfig(StageConfig):
     domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
     extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")
@@ -64,6 +72,9 @@ class BlacklistConfig(StageConfig):
     duplicate_partitions: int = setting(16, "partitions of the URL ids for the duplicate check, each a task of its own "
                                         "(does not change the output)", least=1, keyed=False)
 
+
+# What of [scrape] a page read from a web archive goes through: its extraction, not its fetch (textmill warc).
+EXTRACTION_SETTINGS = ("extractor", "extract_workers", "extract_timeout_s", "max_bytes")
 
 USER_AGENT = f"textmill/{__version__} (corpus builder)"
 # What textmill 0.1 keyed scrape folders by for its user agent: the default keeps that key, so a new version

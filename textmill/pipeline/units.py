@@ -28,13 +28,13 @@ import lzma
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, is_loose_json
+from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, missing_input
 from textmill.io.store import cache_root, fetch
 from textmill.pipeline.shards import safe_shard_name, shard_stem
 
@@ -128,25 +128,30 @@ def document_units(path: Path, documents_per_shard: int) -> tuple[LineUnit | Row
 
 def line_units(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
     """The units of a text file of at most `per_unit` lines each, in order (at least one)."""
+    return cached_cut(path, per_unit, stem, "lines")
+
+
+def cached_cut(path: Path, per_unit: int, stem: str, kind: str) -> tuple[FileUnit, ...]:
+    """A file's units of `kind` ("lines": LineUnit, "warc": WarcUnit), cut once per file and machine."""
     local = fetch(path)
     stat = local.stat()
     # The cut is cached under what a file's edit always changes: the size and modification time can be put back
     # (`cp -p`, `rsync -t`, touch -r), the inode's change time (ctime) cannot, short of the clock.
-    return _units(str(local), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns, per_unit, stem)
+    return _units(str(local), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns, per_unit, stem, kind)
 
 
 @functools.lru_cache(maxsize=4096)
 def _units(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int, per_unit: int,
-           stem: str) -> tuple[LineUnit, ...]:
-    stamp = f"{_CUT_VERSION} {path} {size} {mtime_ns} {inode} {ctime_ns} {per_unit} {stem}"
+           stem: str, kind: str) -> tuple[FileUnit, ...]:
+    stamp = f"{_CUT_VERSION} {kind} {path} {size} {mtime_ns} {inode} {ctime_ns} {per_unit} {stem}"
     cached = cache_root() / "url-units" / f"{hashlib.sha256(stamp.encode()).hexdigest()[:32]}.json"
     try:
         record = json.loads(cached.read_text())
         if record["stamp"] == stamp:
-            return tuple(LineUnit(path=Path(path), stem=stem, **unit) for unit in record["units"])
+            return tuple(UNIT_KINDS[kind](path=Path(path), stem=stem, **unit) for unit in record["units"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not cut on this machine yet, or a damaged record: cut again
-    units = cut_lines(Path(path), per_unit, stem)
+    units = (cut_lines if kind == "lines" else cut_warc)(Path(path), per_unit, stem)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(cached) as tmp:
@@ -201,6 +206,111 @@ def cut_lines(path: Path, per_unit: int, stem: str) -> tuple[LineUnit, ...]:
     if lines or not units:
         close(position)
     return tuple(units)
+
+
+@dataclass(frozen=True)
+class WarcUnit(FileUnit):
+    """Records first_record .. first_record + records - 1 of a WARC file (1 is its first), at its bytes offset ..
+    offset + size - 1 (whole records: each gzip member of a .warc.gz is one), whose sha256 is `sha256`."""
+
+    first_record: int
+    records: int
+    offset: int
+    size: int
+    sha256: str
+
+    def shown(self) -> str:
+        return f"{self.path.name} records {self.first_record}-{self.first_record + max(self.records, 1) - 1}"
+
+    def record(self) -> dict:
+        return {"warc": self.path.name, "number": self.number, "first_record": self.first_record,
+                "records": self.records, "sha256": self.sha256}
+
+
+WARC_SUFFIXES = (".warc", ".warc.gz")
+
+
+def warc_files(given: Iterable[Path]) -> list[Path]:
+    """Web archives given directly, and the *.warc.gz and *.warc files inside given directories, sorted."""
+    files: list[Path] = []
+    for path in map(Path, given):
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(WARC_SUFFIXES))
+            if not found:
+                raise TextmillError(f"no web archives (*.warc.gz, *.warc) in directory {path}")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise missing_input(path)
+    return files
+
+
+def warc_units(path: Path, responses_per_unit: int) -> tuple[WarcUnit, ...]:
+    """The units of a WARC file, in order, each with at most `responses_per_unit` response records (and the other
+    records among them), at least one."""
+    name = Path(path).name
+    for suffix in (".gz", ".warc"):
+        name = name[: -len(suffix)] if name.lower().endswith(suffix) else name
+    return cached_cut(Path(path), responses_per_unit, safe_shard_name(name), "warc")
+
+
+def cut_warc(path: Path, responses_per_unit: int, stem: str) -> tuple[WarcUnit, ...]:
+    """One pass over a WARC file (FastWARC), every record's block read to its end: a unit starts at every
+    `responses_per_unit`-th response record (the first at the file's start). Its bytes are hashed in a second,
+    raw pass. A record cut short (a truncated or damaged file, which WARC readers end on without a word) is an
+    error."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    starts, records, responses = [(0, 1)], 0, 0  # (byte offset, number of its first record)
+    try:
+        for record in ArchiveIterator(str(path), parse_http=False, fsspec_args=False):
+            records, last = records + 1, record.stream_pos
+            if record.record_type == WarcRecordType.response:
+                if responses and responses % responses_per_unit == 0:
+                    starts.append((record.stream_pos, records))
+                responses += 1
+            if record.reader.consume() != record.content_length:
+                raise TextmillError(f"{path}: the record at byte {record.stream_pos} is cut short (a truncated or "
+                                    "damaged archive)")
+        if records and not _ends_whole(path, last):
+            raise TextmillError(f"{path}: the record at byte {last} is cut short (a truncated or damaged archive)")
+    except OSError as exc:
+        raise TextmillError(f"cannot read {path} as WARC: {exc}") from None
+    ends = [offset for offset, _ in starts[1:]] + [path.stat().st_size]
+    counts = [first for _, first in starts[1:]] + [records + 1]
+    units = []
+    with open(path, "rb") as f:
+        for number, ((offset, first), end, after) in enumerate(zip(starts, ends, counts, strict=True)):
+            digest, remaining = hashlib.sha256(), end - offset
+            f.seek(offset)
+            while remaining:
+                block = f.read(min(_BLOCK, remaining))
+                if not block:
+                    raise TextmillError(f"{path} changed while it was being cut into units; run again")
+                digest.update(block)
+                remaining -= len(block)
+            units.append(WarcUnit(path, stem, number, first, after - first, offset, end - offset, digest.hexdigest()))
+    return tuple(units)
+
+
+def _ends_whole(path: Path, last: int) -> bool:
+    """Whether the file's last record, at byte `last`, ends as a record must: its gzip member whole (a .warc.gz),
+    or the two line ends after its block (a .warc). A reader takes a record whose block is all there as whole."""
+    with open(path, "rb") as f:
+        if not path.name.lower().endswith(".gz"):
+            f.seek(max(last, path.stat().st_size - 4))
+            return f.read() == b"\r\n\r\n"
+        f.seek(last)
+        member = zlib.decompressobj(31)
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            member.decompress(block, 0)
+            if member.eof:
+                return not member.unused_data and not f.read(1)
+    return False
+
+
+UNIT_KINDS = {"lines": LineUnit, "warc": WarcUnit}
 
 
 def kept_copy(sha256: str) -> Path:

@@ -192,9 +192,32 @@ class ExtractShard(MapShard):
         return *super().own_settings(), file_fingerprint(html)["sha256"]
 
 
-def scraped(config: str, shard: int) -> ScrapeShard | GivenFile:
-    """The scraped shard dedup's steps read (given to `textmill dedup`)."""
-    return given_or("dedup", ScrapeShard(config, shard))
+class WarcShard(ShardTask):
+    """One unit of a web archive's pages, extracted as the scrape extracts them (a run from [run] warcs)."""
+
+    stage = "2-warc"
+    libraries = (*RunTask.libraries, "textmill.pipeline.warc")
+
+    def requires(self):
+        return GivenFile(self.config, self.shard)
+
+    def own_settings(self) -> tuple:
+        from textmill.pipeline.warc import extraction_params
+
+        return (extraction_params(self.settings.scrape),)
+
+    def make(self):
+        from textmill.pipeline.warc import warc_shard
+
+        given = self.input()
+        given.local()
+        warc_shard(given.unit, self.output().shard, self.settings.scrape)
+
+
+def scraped(config: str, shard: int) -> ScrapeShard | WarcShard | GivenFile:
+    """The scraped shard dedup's steps read: fetched, or read from a web archive (given to `textmill dedup`)."""
+    fetched = WarcShard if run_config(config).run.warcs else ScrapeShard
+    return given_or("dedup", fetched(config, shard))
 
 
 class SignatureShard(ShardTask):
@@ -311,10 +334,9 @@ class DedupShard(MapShard):
     and the stages after dedup keep one folder each, which `datasets.load_dataset` reads whole."""
 
     stage, command, table, function = "3-dedup", "dedup", "dedup", "textmill.pipeline.dedup:filter_shard"
-    reads = ScrapeShard
 
     def requires(self):
-        return {**super().requires(), "clusters": DedupClusters(self.config)}
+        return {"shard": scraped(self.config, self.shard), "clusters": DedupClusters(self.config)}
 
     def keyed_requires(self) -> list:
         return [self.requires()["clusters"]]

@@ -30,7 +30,7 @@ from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import CORPUS_STAGES, RunConfig
 from textmill.pipeline.units import LineUnit, RowUnit
 from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, key_of, listed_inputs, listed_units, run_config
-from textmill.workflows.sources import dump_files, url_lists
+from textmill.workflows.sources import dump_files, graph_inputs, input_kind
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
 
 
@@ -40,34 +40,30 @@ Unit = LineUnit | RowUnit | Path
 
 
 def url_stamps(settings: RunConfig) -> tuple:
-    """The modification and change times of the URL lists' entries: a file added to a folder changes the
+    """The modification and change times of the graph's input entries: a file added to a folder changes the
     folder's; an edit whose modification time was put back still changes the change time."""
-    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in url_lists(settings))
-
-
-def starts_with_url_lists(settings: RunConfig) -> bool:
-    """Whether the graph's input files are URL lists (a run, or `textmill blacklist`), not shards a stage
-    command was given."""
-    return settings.command in (None, "blacklist")
+    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in graph_inputs(settings))
 
 
 def input_files(settings: RunConfig) -> tuple[Path, ...]:
-    """The files the graph starts from, in order: the URL lists (url_lists; or the shards or dumps given to a
-    stage command), listed again only when an entry changes (every task asks, so listing each time made
-    the graph quadratic in the number of files)."""
+    """The files the graph starts from, in order: the URL lists (or the shards, dumps or archives given to a
+    stage command, or a run's archives), listed again only when an entry changes (every task asks, so listing
+    each time made the graph quadratic in the number of files)."""
     if settings.command == "reddit-urls":
         return dump_files(settings)
-    return listed_inputs(url_lists(settings), url_stamps(settings), starts_with_url_lists(settings))
+    return listed_inputs(graph_inputs(settings), url_stamps(settings), input_kind(settings))
 
 
 def input_units(settings: RunConfig) -> tuple[Unit, ...]:
     """The units of work the graph starts from, one shard each, in shard order: each URL list cut into
-    units of at most [blacklist] urls_per_shard lines (cut once per file and machine); each document file
-    given to a stage command cut into units of at most [input] documents_per_shard documents, or taken
-    whole when it is no bigger (and always by `textmill extract`, whose shards have their HTML beside)."""
-    per_document_unit = 0 if settings.command == "extract" else settings.input.documents_per_shard
-    return listed_units(url_lists(settings), url_stamps(settings), starts_with_url_lists(settings),
-                        settings.blacklist.urls_per_shard, per_document_unit)
+    units of at most [blacklist] urls_per_shard lines (cut once per file and machine); each web archive into
+    units of at most [warc] responses_per_shard responses; each document file given to a stage command cut into
+    units of at most [input] documents_per_shard documents, or taken whole when it is no bigger (and always by
+    `textmill extract`, whose shards have their HTML beside)."""
+    kind = input_kind(settings)
+    per_unit = {"urls": settings.blacklist.urls_per_shard, "warc": settings.warc.responses_per_shard,
+                "documents": 0 if settings.command == "extract" else settings.input.documents_per_shard}[kind]
+    return listed_units(graph_inputs(settings), url_stamps(settings), kind, per_unit)
 
 
 def num_shards(settings: RunConfig) -> int:

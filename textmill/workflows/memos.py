@@ -66,28 +66,27 @@ def _read_config(path: str, stamp: int) -> RunConfig:
 
 
 @functools.lru_cache(maxsize=8)
-def listed_inputs(urls: tuple[Path, ...], stamps: tuple, url_lists: bool) -> tuple[Path, ...]:
-    """The input files of the [run] urls entries (URL lists, or a stage command's shards), listed again only
-    when an entry's mtime changes."""
+def listed_inputs(given: tuple[Path, ...], stamps: tuple, kind: str) -> tuple[Path, ...]:
+    """The input files of the given entries (URL lists, web archives, or a stage command's shards, by `kind`),
+    listed again only when an entry's mtime changes."""
     from textmill.pipeline.blacklist import url_list_files
     from textmill.pipeline.shards import list_shards
+    from textmill.pipeline.units import warc_files
 
-    return tuple(url_list_files(urls) if url_lists else list_shards(urls))
+    return tuple({"urls": url_list_files, "warc": warc_files, "documents": list_shards}[kind](given))
 
 
 @functools.lru_cache(maxsize=8)
-def listed_units(urls: tuple[Path, ...], stamps: tuple, url_lists: bool, urls_per_shard: int,
-                 documents_per_shard: int) -> tuple:
-    """The units of work of the input files, listed again when listed_inputs would be: each URL list's
-    units, each given document file's (0: every file whole; textmill.pipeline.units)."""
-    from textmill.pipeline.units import document_units, url_units
+def listed_units(given: tuple[Path, ...], stamps: tuple, kind: str, per_unit: int) -> tuple:
+    """The units of work of the input files, listed again when listed_inputs would be: each URL list's or web
+    archive's units, each given document file's (`per_unit` 0: every file whole; textmill.pipeline.units)."""
+    from textmill.pipeline.units import document_units, url_units, warc_units
 
-    files = listed_inputs(urls, stamps, url_lists)
-    if url_lists:
-        return tuple(unit for path in files for unit in url_units(path, urls_per_shard))
-    if not documents_per_shard:
+    files = listed_inputs(given, stamps, kind)
+    if kind == "documents" and not per_unit:
         return files
-    return tuple(unit for path in files for unit in document_units(path, documents_per_shard))
+    cut = {"urls": url_units, "warc": warc_units, "documents": document_units}[kind]
+    return tuple(unit for path in files for unit in cut(path, per_unit))
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,5 +1,6 @@
-"""Where a run's URL lists are: [run] urls, or, for a run that starts from Reddit submission dumps ([run]
-reddit_dumps), the lists their links make (corpus_tasks.RedditLinks writes them, WORK/0-reddit/KEY/NAME.jsonl).
+"""Where a run starts: URL lists ([run] urls), Reddit submission dumps ([run] reddit_dumps: the URL lists their links
+make, which corpus_tasks.RedditLinks writes, WORK/0-reddit/KEY/NAME.jsonl), or web archives ([run] warcs: WARC
+files, whose pages the graph reads with no URL list and no fetch).
 
 How many units the blacklist has depends on how many links the dumps give, so the graph after the lists is known
 only once they are written: a run builds the RedditLinks tasks first, then the graph from their lists
@@ -74,7 +75,17 @@ def reddit_lists(settings: RunConfig) -> tuple[Path, ...]:
     return REDDIT_LISTS[settings]
 
 
-def url_lists(settings: RunConfig) -> tuple[Path, ...]:
-    """What the graph starts from: [run] urls (a stage command's given files), or the URL lists a run's Reddit
-    dumps give (reddit_lists)."""
-    return reddit_lists(settings) if settings.command is None and settings.run.reddit_dumps else settings.run.urls
+def graph_inputs(settings: RunConfig) -> tuple[Path, ...]:
+    """What the graph starts from: [run] urls (a stage command's given files), the URL lists a run's Reddit dumps
+    give (reddit_lists), or a run's web archives ([run] warcs)."""
+    if settings.command is None and settings.run.reddit_dumps:
+        return reddit_lists(settings)
+    return settings.run.warcs if settings.command is None and settings.run.warcs else settings.run.urls
+
+
+def input_kind(settings: RunConfig) -> str:
+    """What the graph's input files are: "warc" (web archives: a run's [run] warcs, `textmill warc`'s), "urls" (URL
+    lists: a run's, `textmill blacklist`'s) or "documents" (the shards given to another stage command)."""
+    if settings.command == "warc" or (settings.command is None and settings.run.warcs):
+        return "warc"
+    return "urls" if settings.command in (None, "blacklist") else "documents"

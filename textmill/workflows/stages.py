@@ -119,8 +119,9 @@ class Stage:
 
 STAGES = (
     Stage("reddit-urls", c.source_tasks, in_run=lambda settings: bool(settings.run.reddit_dumps)),
-    Stage("blacklist", per_unit(c.BlacklistShard), blacklist_steps),
-    Stage("scrape", per_unit(c.ScrapeShard)),
+    Stage("blacklist", per_unit(c.BlacklistShard), blacklist_steps, in_run=lambda settings: not settings.run.warcs),
+    Stage("scrape", per_unit(c.ScrapeShard), in_run=lambda settings: not settings.run.warcs),
+    Stage("warc", per_unit(c.WarcShard), in_run=lambda settings: bool(settings.run.warcs)),
     # Pages a scrape kept, extracted again (`textmill extract`): a command's stage, in no run.
     Stage("extract", per_unit(c.ExtractShard), in_run=lambda settings: False),
     Stage("dedup", per_unit(c.DedupShard), dedup_steps, part=dedup_part, summary=c.DedupClusters),

@@ -1,0 +1,126 @@
+"""Pages read from web archives (pipeline/warc.py, units.warc_units): the synthetic web's pages archived, by textmill's
+writer and by warcio's (another tool's), extracted as the scrape extracts a fetched page; units of any size giving the
+same documents; encodings undone within the size cap; an archive cut short an error, not a shorter archive."""
+
+import gzip
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from textmill.demo import synthweb
+from textmill.demo.archive import CRAWLED_AT, write_archive
+from textmill.errors import TextmillError
+from textmill.pipeline.scrape import extracted
+from textmill.pipeline.shards import rejects_path
+from textmill.pipeline.stage_configs import ScrapeConfig
+from textmill.pipeline.units import warc_units
+from textmill.pipeline.warc import response_record, warc_record, warc_shard
+
+BASE = "http://127.0.0.1:8000"
+CONFIG = ScrapeConfig(extract_workers=0)
+
+
+@pytest.fixture(scope="module")
+def web():
+    return synthweb.build_web(seed=7, articles=30, near_duplicates=4, foreign=3, mojibake=2, short=2)
+
+
+def read_all(archive, tmp_path, per_unit=10_000, cfg=CONFIG) -> tuple[list[dict], list[dict], list[dict]]:
+    """Every unit of `archive` through the stage: the kept rows, the rejected rows, the manifests."""
+    kept, rejected, manifests = [], [], []
+    for unit in warc_units(archive, per_unit):
+        output = tmp_path / f"out-{per_unit}" / f"{unit.name}.parquet"
+        manifests.append(warc_shard(unit, output, cfg))
+        kept += pq.read_table(output).to_pylist()
+        rejected += pq.read_table(rejects_path(output)).to_pylist()
+    return kept, rejected, manifests
+
+
+def test_an_archived_page_is_the_document_its_fetch_gives_and_the_rest_are_rejects_with_reasons(web, tmp_path):
+    archive = write_archive(web, BASE, tmp_path / "crawl.warc.gz")
+    kept, rejected, [manifest] = read_all(archive, tmp_path)
+    static = [p for p in web.url_paths if web.pages[p].behaviour == "static"]
+    assert manifest["counts"]["input"] == len(static) == len(kept) + len(rejected)
+    assert manifest["other_records"] == {"request": len(static)}
+    for row in kept:
+        page = web.pages[row["url"].removeprefix(BASE)]
+        fields, reason, _ = extracted(None, row["url"], page.body, page.content_type, CONFIG.extractor)
+        assert reason is None and {k: row[k] for k in fields} == fields
+        assert row["status"] == 200 and row["fetched_at"] == CRAWLED_AT and row["domain"] == "127.0.0.1"
+        assert json.loads(row["metadata"])["warc_file"] == "crawl.warc.gz"
+    assert {r["url"].removeprefix(BASE): r["reason"] for r in rejected} == {
+        "/missing.html": "status=404", "/error.html": "status=500", "/loop/a.html": "status=302",
+        "/redirect/0.html": "status=301", "/huge.html": "too_large", "/binary.html": "binary_content",
+        "/report.pdf.html": "content_type=application/pdf", "/empty.html": "empty_extraction"}
+
+
+def test_units_of_any_size_give_the_same_documents(web, tmp_path):
+    archive = write_archive(web, BASE, tmp_path / "crawl.warc.gz")
+    whole = read_all(archive, tmp_path)[:2]
+    for per_unit in (1, 7):
+        assert len(warc_units(archive, per_unit)) > 1
+        assert read_all(archive, tmp_path, per_unit)[:2] == whole
+
+
+def test_an_archive_warcio_wrote_reads_as_textmills_own(web, tmp_path):
+    """Another tool's archive (warcio's writer: request and response records, a warcinfo record first, records
+    of its own ids and times): the same pages kept, the same texts."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    paths = [p for p in web.url_paths if web.pages[p].behaviour == "static"]
+    with open(tmp_path / "theirs.warc.gz", "wb") as f:
+        writer = WARCWriter(f, gzip=True)
+        writer.write_record(writer.create_warcinfo_record("theirs.warc.gz", {"software": "warcio"}))
+        for path in paths:
+            page = web.pages[path]
+            writer.write_record(writer.create_warc_record(BASE + path, "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n")))
+            headers = StatusAndHeaders(f"{page.status} X", [("Content-Type", page.content_type)], protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(BASE + path, "response", payload=io.BytesIO(page.body),
+                                                          http_headers=headers))
+    ours = read_all(write_archive(web, BASE, tmp_path / "ours.warc.gz", paths), tmp_path / "ours")
+    theirs = read_all(tmp_path / "theirs.warc.gz", tmp_path / "theirs")
+    drop = ("metadata", "fetched_at")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in theirs[0]] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in ours[0]]
+    assert [r["reason"] for r in theirs[1]] == [r["reason"] for r in ours[1]]
+    assert theirs[2][0]["other_records"] == {"request": len(paths), "warcinfo": 1}
+
+
+def test_encodings_are_undone_within_the_size_cap_and_other_records_are_counted(tmp_path):
+    page = synthweb.html_page("Encoded", synthweb.prose(__import__("random").Random(1), 4)).encode()
+    bomb = gzip.compress(b"<html><body>" + b"a" * (8 << 20) + b"</body></html>")  # 8 MiB once decoded
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(page[i:i + 100]), page[i:i + 100]) for i in range(0, len(page), 100))
+    html = [("Content-Type", "text/html; charset=utf-8")]
+    with open(tmp_path / "mixed.warc.gz", "wb") as f:
+        f.write(warc_record("warcinfo", "", CRAWLED_AT, b"software: test\r\n", "application/warc-fields"))
+        f.write(response_record("http://a.example/gz", CRAWLED_AT, 200, [*html, ("Content-Encoding", "gzip")],
+                                gzip.compress(page)))
+        f.write(response_record("http://a.example/chunked", CRAWLED_AT, 200, [*html, ("Transfer-Encoding", "chunked")],
+                                chunks + b"0\r\n\r\n"))
+        f.write(response_record("http://a.example/bomb", CRAWLED_AT, 200, [*html, ("Content-Encoding", "gzip")], bomb))
+        f.write(warc_record("response", "dns:a.example", CRAWLED_AT, b"a.example. 60 IN A 10.0.0.1", "text/dns"))
+        f.write(warc_record("revisit", "http://a.example/gz", CRAWLED_AT, b"", "application/http; msgtype=response"))
+        f.write(warc_record("metadata", "http://a.example/gz", CRAWLED_AT, b"fetchTimeMs: 12\r\n", "application/warc-fields"))
+    kept, rejected, [manifest] = read_all(tmp_path / "mixed.warc.gz", tmp_path, cfg=ScrapeConfig(extract_workers=0,
+                                                                                                  max_bytes=1 << 20))
+    expected = extracted(None, "http://a.example/gz", page, html[0][1], CONFIG.extractor)[0]
+    assert [(r["url"], r["text"]) for r in kept] == [("http://a.example/gz", expected["text"]),
+                                                      ("http://a.example/chunked", expected["text"])]
+    assert [(r["url"], r["reason"]) for r in rejected] == [("http://a.example/bomb", "too_large"),
+                                                           ("dns:a.example", "bad_url")]
+    assert manifest["other_records"] == {"metadata": 1, "revisit": 1, "warcinfo": 1}
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.999])
+def test_an_archive_cut_short_is_one_error(web, tmp_path, cut):
+    whole = write_archive(web, BASE, tmp_path / "whole.warc.gz").read_bytes()
+    (tmp_path / "cut.warc.gz").write_bytes(whole[: int(len(whole) * cut)])
+    with pytest.raises(TextmillError, match="cut short"):
+        warc_units(tmp_path / "cut.warc.gz", 10)
+    plain = gzip.decompress(whole)
+    (tmp_path / "cut.warc").write_bytes(plain[: int(len(plain) * cut)])
+    with pytest.raises(TextmillError, match="cut short"):
+        warc_units(tmp_path / "cut.warc", 10)
