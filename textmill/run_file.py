@@ -39,7 +39,8 @@ from textmill.trainer.train_config import TrainConfig
 class RunSection(Settings):
     work_dir: Path = setting(Path("work"), "every stage's output, in folders keyed by the settings that made it: a "
                              "folder, or a URL in a store (s3://bucket/prefix) that every worker machine reaches")
-    urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, .gz, .bz2, .xz) or folders of them, local "
+    urls: tuple[Path, ...] = setting((Path("urls"),), "URL list files (.txt, or .jsonl with a url field; .gz, .bz2, "
+                                     ".xz) or folders of them, local "
                                      "or in a store (s3://bucket/urls/); each cut into shards of [blacklist] "
                                      "urls_per_shard URLs")
     reddit_dumps: tuple[Path, ...] = setting((), "Pushshift submission dumps (RS_YYYY-MM.zst, .gz, .bz2, .xz, or JSON "

@@ -1,5 +1,5 @@
 """The synthetic web as a web archive: a WARC file of a crawl of it, for the demo, the tests and the benchmarks,
-written by textmill.pipeline.warc's record writer (one gzip member a record). Each listed page is a request and
+written by textmill.pipeline.warc_records (one gzip member a record). Each listed page is a request and
 a response record, as a crawler writes them, at a fixed time, so the same web gives the same bytes; pages that
 never answer (hang, drip) are left out, as a crawler has nothing to store for them."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from textmill.demo.synthweb import SyntheticWeb
-from textmill.pipeline.warc import response_record, warc_record
+from textmill.pipeline.warc_records import request_record, response_record
 
 CRAWLED_AT = "2024-03-01T00:00:00Z"
 
@@ -22,8 +22,7 @@ def write_archive(web: SyntheticWeb, base: str, path: Path, paths: list[str] | N
             if page.behaviour != "static":
                 continue
             url = base + route
-            request = f"GET {route} HTTP/1.1\r\nHost: {base.split('//')[1]}\r\n\r\n".encode()
-            f.write(warc_record("request", url, CRAWLED_AT, request, "application/http; msgtype=request"))
+            f.write(request_record(url, CRAWLED_AT, "textmill-demo"))
             headers = [("Content-Type", page.content_type), ("Content-Length", str(len(page.body)))]
             if page.location:
                 headers.append(("Location", page.location))

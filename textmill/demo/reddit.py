@@ -1,7 +1,7 @@
 """Reddit submission dumps for the demo, the tests and the benchmarks, in Pushshift's schema and compressed as the
 real ones are (`zstd --long=31`: a frame that declares a 2 GiB window), linking to given URLs: seeded, with what
-OpenWebText's rules leave out among them (self posts, scores under 3, NSFW submissions) and links submitted again
-in a later month, which the blacklist finds as duplicates."""
+OpenWebText's rules leave out among them (self posts, scores under 3, NSFW submissions, links only such submissions
+make) and links submitted again in a later month."""
 
 from __future__ import annotations
 
@@ -15,21 +15,31 @@ from urllib.parse import urlsplit
 SUBREDDITS = ("news", "worldnews", "science", "technology", "books", "history")
 
 
-def submissions(urls: list[str], months: tuple[str, ...], seed: int) -> dict[str, list[dict]]:
-    """Each month's submissions: every URL linked once, in a month of its own, with a score from -2 to 40 (about
-    one in four under 3, some marked over 18), self posts between them, and one link in ten submitted again
-    in a later month."""
+def submissions(urls: list[str], months: tuple[str, ...], seed: int,
+                left_out: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """Each month's submissions: every URL of `urls` linked by a submission OpenWebText's rules keep (a link post
+    with a score from 3 to 40), in a month of its own, one in ten of them linked again (by a submission the rules
+    keep or by one they leave out: a score under 3, or marked over 18); every URL of `left_out` linked only by
+    submissions they leave out; and self posts between them."""
     rng = random.Random(seed)
     by_month: dict[str, list[dict]] = {month: [] for month in months}
-    for number, url in enumerate(urls):
+
+    def submit(url: str | None, month: str, taken: bool) -> None:
+        row = _submission(rng, month, len(by_month[month]), url)
+        if url is not None and not taken:  # what the rules leave out: marked over 18, or a low score
+            if rng.random() < 0.3:
+                row["over_18"] = True
+            else:
+                row["score"] = rng.choice([-2, 0, 1, 2])
+        by_month[month].append(row)
+
+    for number, url in enumerate([*urls, *left_out]):
         month = months[number % len(months)]
-        by_month[month].append(_submission(rng, month, len(by_month[month]), url))
-        later = months[months.index(month) + 1:]
-        if later and rng.random() < 0.1:
-            again = later[0]
-            by_month[again].append(_submission(rng, again, len(by_month[again]), url))
+        submit(url, month, number < len(urls))
+        if rng.random() < 0.1:  # submitted again: kept again half the time (the blacklist's duplicate)
+            submit(url, months[(number + 1) % len(months)], number < len(urls) and rng.random() < 0.5)
         if rng.random() < 0.2:
-            by_month[month].append(_submission(rng, month, len(by_month[month]), None))
+            submit(None, month, False)
     return by_month
 
 
@@ -41,9 +51,9 @@ def _submission(rng: random.Random, month: str, number: int, url: str | None) ->
     subreddit = rng.choice(SUBREDDITS)
     return {
         "id": post_id, "name": f"t3_{post_id}", "author": f"user{rng.randrange(10_000)}", "subreddit": subreddit,
-        "title": f"Submission {post_id}", "is_self": url is None, "over_18": rng.random() < 0.05,
+        "title": f"Submission {post_id}", "is_self": url is None, "over_18": False,
         "url": url or f"https://www.reddit.com/r/{subreddit}/comments/{post_id}/",
-        "domain": urlsplit(url).hostname or "" if url else f"self.{subreddit}", "score": rng.choice([-2, 0, 1, 2, *range(3, 41)]),
+        "domain": urlsplit(url).hostname or "" if url else f"self.{subreddit}", "score": rng.randint(3, 40),
         "num_comments": rng.randrange(200), "permalink": f"/r/{subreddit}/comments/{post_id}/",
         # Pushshift wrote created_utc as a number in some months and as a string in others.
         "created_utc": str(created) if month_number % 2 == 0 else created,
@@ -67,7 +77,9 @@ def write_dump(rows: list[dict], path: Path) -> Path:
 
 
 def write_dumps(urls: list[str], folder: Path, months: tuple[str, ...] = ("2011-01", "2011-02"), seed: int = 0,
-                suffix: str = ".zst") -> list[Path]:
-    """RS_<month><suffix> in `folder` for each month, linking to `urls` (submissions); the files, in order."""
+                suffix: str = ".zst", left_out: tuple[str, ...] = ()) -> list[Path]:
+    """RS_<month><suffix> in `folder` for each month, linking to `urls` and `left_out` (submissions); the files,
+    in order."""
     folder.mkdir(parents=True, exist_ok=True)
-    return [write_dump(rows, folder / f"RS_{month}{suffix}") for month, rows in submissions(urls, months, seed).items()]
+    return [write_dump(rows, folder / f"RS_{month}{suffix}")
+            for month, rows in submissions(urls, months, seed, left_out).items()]

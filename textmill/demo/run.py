@@ -1,8 +1,11 @@
-"""`textmill demo`: the whole chain, URL lists to an evaluated model, on a synthetic web served from 127.0.0.1.
+"""`textmill demo`: the whole chain, Reddit submission dumps to an evaluated model, on a synthetic web served from
+127.0.0.1.
 
 It generates seeded English pages plus junk (near-duplicates, other languages, mojibake, short pages,
-blacklisted and broken links, server faults), serves them locally, and runs the Luigi graph of
-`textmill run` on them with the real libraries (trafilatura, datasketch, ftfy, fastText): blacklist,
+blacklisted and broken links, server faults), serves them locally, writes two months of Reddit submissions
+linking to them in Pushshift's schema (zstd, as the real dumps are; self posts, low scores and NSFW submissions
+among them, which OpenWebText's rules leave out), and runs the Luigi graph of `textmill run` on them with the real
+libraries (trafilatura, datasketch, ftfy, fastText): the dumps' links, blacklist,
 scrape, dedup, clean, shuffle, decontaminate, a byte-level BPE trained on the corpus, Megatron .bin/.idx
 token files; then it trains a tiny GPT on CPU, scores it on a LAMBADA-format cloze set built from
 held-out generated text (and on a real LAMBADA file with --lambada), exports it to Hugging Face format,
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 from textmill.demo import synthweb
+from textmill.demo.reddit import write_dumps
 from textmill.errors import TextmillError
 
 
@@ -33,7 +37,7 @@ DEMO_CONFIG = """\
 # Written by `textmill demo`; `textmill run --example-config` documents every field.
 [run]
 work_dir = "work"
-urls = ["urls"]
+reddit_dumps = ["dumps"]   # Pushshift-style RS_*.zst; [reddit] min_score = 3 takes OpenWebText's links
 seed = {seed}
 
 [scrape]
@@ -95,11 +99,10 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     config = workdir / "run.toml"
     with serve_web(web, port) as server:
         urls = synthweb.url_list(web, server)
-        url_dir = workdir / "urls"
-        url_dir.mkdir(exist_ok=True)
-        half = len(urls) // 2
-        (url_dir / "RS_demo-01.txt").write_text("\n".join(urls[:half]) + "\n")
-        (url_dir / "RS_demo-02.txt").write_text("\n".join(urls[half:]) + "\n")
+        # Links only submissions OpenWebText's rules leave out make (low scores, NSFW): never fetched.
+        left_out = tuple(u for u in urls if "/short/" in u)
+        write_dumps([u for u in urls if u not in left_out], workdir / "dumps", ("2011-01", "2011-02"), seed,
+                    left_out=left_out)
         config.write_text(DEMO_CONFIG.format(seed=seed, shards=shards, eval_files=json.dumps(eval_files),
                                              vocab_size=vocab_size, train_iters=train_iters,
                                              eval_interval=max(1, train_iters // 4),
@@ -110,7 +113,7 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
         raise TextmillError(f"the demo's run did not finish; `textmill status {config}` lists what failed")
 
     trained, exported = record.train, record.export
-    lines = ["", "textmill demo: corpus funnel (URLs in, kept and rejected at each stage, with reasons)",
+    lines = ["", "textmill demo: corpus funnel (submissions in, kept and rejected at each stage, with reasons)",
              *funnel_lines(record), "",
              f"train: tiny GPT, {trained.iterations} iterations on CPU, validation loss {trained.valid_loss:.3f} "
              f"-> {trained.checkpoints}"]

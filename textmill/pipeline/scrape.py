@@ -44,9 +44,11 @@ from textmill.pipeline.shards import (
     earlier_or_current,
     read_rows,
     rejects_path,
+    shard_stem,
     sidecar_path,
 )
 from textmill.pipeline.scrape_chunks import Chunks
+from textmill.pipeline.warc_records import ArchiveWriter, request_record, response_record
 from textmill.pipeline.stage_configs import ScrapeConfig
 
 HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary()),
@@ -116,7 +118,8 @@ async def _scrape_pending(
                         None, extracted, pool, got.final_url, got.body, got.content_type, cfg.extractor)
                     row.update(fields)
                 row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
-                raw = got.body.decode("latin-1") if cfg.keep_html and got.body is not None else None
+                kept = cfg.keep_html or cfg.keep_warc
+                raw = got.body.decode("latin-1") if kept and got.body is not None else None
                 chunks.add(position, {"row": row, "reason": reason, "html": raw, "charset": charset,
                                       "content_type": got.content_type, "tries": tries})
                 fetched.update(1)
@@ -176,6 +179,7 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
         chunks.close()
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
+    archive = ArchiveWriter(archive_path(output)) if cfg.keep_warc else None
     try:
         with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
             charsets: Counter[str] = Counter()
@@ -188,16 +192,35 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
                     stage.keep(entry["row"])
                 if entry.get("charset"):
                     charsets[entry["charset"]] += 1
-                if html_writer and entry["html"] is not None:
-                    html_writer.write({"id": entry["row"]["id"], "final_url": entry["row"]["final_url"],
-                                       "html": entry["html"].encode("latin-1"), "content_type": entry.get("content_type")})
-            if html_writer:
-                html_writer.close()  # before the manifest: a finished shard has its HTML
+                if entry["html"] is not None:
+                    keep_page(entry, html_writer, archive, cfg.user_agent)
+            for writer in (html_writer, archive):  # before the manifest: a finished shard has its HTML and archive
+                if writer:
+                    writer.close()
             return stage.finish(total, resumed=resumed, charsets=dict(sorted(charsets.items())), retries=retried)
     except BaseException:
-        if html_writer:
-            html_writer.abort()
+        for writer in (html_writer, archive):
+            if writer:
+                writer.abort()
         raise
+
+
+def keep_page(entry: dict, html_writer: ShardWriter | None, archive: ArchiveWriter | None, user_agent: str) -> None:
+    """A fetched page's body, into the kept HTML and the archive, as asked."""
+    row, body = entry["row"], entry["html"].encode("latin-1")
+    if html_writer:
+        html_writer.write({"id": row["id"], "final_url": row["final_url"], "html": body,
+                           "content_type": entry.get("content_type")})
+    if archive:
+        headers = [("Content-Type", entry["content_type"])] if entry.get("content_type") else []
+        archive.write(request_record(row["final_url"], row["fetched_at"], user_agent),
+                      response_record(row["final_url"], row["fetched_at"], row["status"],
+                                      [*headers, ("Content-Length", str(len(body)))], body))
+
+
+def archive_path(shard: Path) -> Path:
+    """Where the scrape archives a shard's pages ([scrape] keep_warc): .warc/NAME.warc.gz."""
+    return shard.parent / ".warc" / f"{shard_stem(shard)}.warc.gz"
 
 
 def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:

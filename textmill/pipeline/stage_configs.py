@@ -117,6 +117,10 @@ class ScrapeConfig(StageConfig):
                                               old=("--allow-network",))
     keep_html: bool = setting(False, "also write .html/NAME.parquet with the raw HTML of each page, so text can be "
                               "extracted again without fetching")
+    keep_warc: bool = setting(False, "also archive every page fetched (status 200, HTML) as WARC request and response "
+                              "records in .warc/NAME.warc.gz (the final URL, the fetch's time, the response's "
+                              "Content-Type and body; other headers are not kept), which `textmill warc` reads to "
+                              "extract again, with any extractor, without fetching", added=True)
     retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a broken "
                            "response, 429, 502, 503, 504; not a timeout, which would hold its slot as long again) "
                            "before it is a reject", least=0, keyed=False)

@@ -15,10 +15,7 @@ WARC-Date; its metadata names the archive file and the record (`warc_file`, `war
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,37 +29,6 @@ from textmill.pipeline.scrape import extracted, extraction_pool, looks_binary, o
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.pipeline.stage_configs import EXTRACTION_SETTINGS, ScrapeConfig
 from textmill.pipeline.units import WarcUnit
-
-HTTP_REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 404: "Not Found", 500: "Internal Server Error"}
-
-
-def http_response(status: int, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    """An HTTP/1.1 response as a WARC response record's block holds it: status line, headers, blank line, body."""
-    head = [f"HTTP/1.1 {status} {HTTP_REASONS.get(status, 'Status')}", *(f"{k}: {v}" for k, v in headers)]
-    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-
-
-def warc_record(record_type: str, url: str, date: str, block: bytes, content_type: str,
-                extra: tuple[tuple[str, str], ...] = ()) -> bytes:
-    """One WARC/1.1 record as its own gzip member (how .warc.gz files are written, so a reader can start at any
-    record), with `extra` headers. Its WARC-Record-ID is derived from what it holds, and gzip's header has no
-    time: the same record gives the same bytes."""
-    record_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{record_type} {url} {date} {hashlib.sha1(block).hexdigest()}")
-    headers = [("WARC-Type", record_type), ("WARC-Record-ID", f"<urn:uuid:{record_id}>"), ("WARC-Date", date),
-               ("WARC-Target-URI", url), *extra, ("Content-Type", content_type), ("Content-Length", str(len(block)))]
-    text = "WARC/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
-    return gzip.compress(text.encode("utf-8") + block + b"\r\n\r\n", mtime=0)
-
-
-def response_record(url: str, date: str, status: int, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    """A response record of a fetch: `url` answered `status` with `headers` and `body` at `date` (ISO 8601, UTC).
-    Its payload's type is the one the server declared (Common Crawl's WARC-Identified-Payload-Type, which readers
-    such as datatrove's filter on, is what its crawler detected)."""
-    declared = next((v.split(";")[0].strip().lower() for k, v in headers if k.lower() == "content-type"), "")
-    extra = (("WARC-Identified-Payload-Type", declared),) if declared else ()
-    return warc_record("response", url, date, http_response(status, headers, body), "application/http; msgtype=response",
-                       extra)
-
 
 def extraction_params(cfg: ScrapeConfig) -> dict:
     """What of [scrape] changes the documents an archive gives: its extraction's keyed settings."""

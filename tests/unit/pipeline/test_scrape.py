@@ -1,6 +1,7 @@
 """The scrape stage against a real HTTP server on 127.0.0.1: each fault its reason, the address guard, retries,
 decoding, extraction deadlines."""
 
+import dataclasses
 import functools
 import gzip
 import random
@@ -82,6 +83,29 @@ def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
     [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
     html, how = decode_html(html_row["html"], html_row["content_type"])
     assert how == "header:utf-8" and extract(html_row["final_url"], html) == (doc["title"], doc["text"])
+
+
+def test_an_archived_scrape_extracts_again_from_its_archive_to_the_same_documents(tmp_path, small_web, server):
+    """keep_warc: every page fetched is a request and a response record of .warc/NAME.warc.gz, which the WARC stage
+    reads back into the documents the scrape kept (a redirect's document under its final URL) and its rejects
+    after the fetch (an empty page, binary content), fetching nothing."""
+    from textmill.pipeline.units import warc_units
+    from textmill.pipeline.warc import warc_shard
+
+    base = synthweb.base_url(server)
+    paths = ["/article/3.html", "/redirect/0.html", "/missing.html", "/empty.html", "/binary.html", "/mojibake/0.html"]
+    shard = url_shard(tmp_path, [base + p for p in paths])
+    output = tmp_path / "sc" / "urls.parquet"
+    scrape_shard(shard, output, dataclasses.replace(FAST, keep_warc=True))
+    scraped = {row["final_url"]: row for row in pq.read_table(output).to_pylist()}
+    [unit] = warc_units(tmp_path / "sc" / ".warc" / "urls.warc.gz", 100)
+    assert unit.records == 2 * 5  # every page with a body: not /missing.html
+    archived = warc_shard(unit, tmp_path / "again" / "urls.parquet", FAST)
+    again = {row["url"]: row for row in pq.read_table(tmp_path / "again" / "urls.parquet").to_pylist()}
+    assert set(again) == set(scraped) and archived["reasons"] == {"binary_content": 1, "empty_extraction": 1}
+    for url, row in again.items():
+        assert (row["title"], row["text"], row["fetched_at"]) == \
+            (scraped[url]["title"], scraped[url]["text"], scraped[url]["fetched_at"])
 
 
 # Hosts that aiohttp's URL parser (yarl, IDNA) normalises to 127.0.0.1: full-width digits, ideographic full

@@ -16,7 +16,8 @@ from textmill.pipeline.scrape import extracted
 from textmill.pipeline.shards import rejects_path
 from textmill.pipeline.stage_configs import ScrapeConfig
 from textmill.pipeline.units import warc_units
-from textmill.pipeline.warc import response_record, warc_record, warc_shard
+from textmill.pipeline.warc import warc_shard
+from textmill.pipeline.warc_records import response_record, warc_record
 
 BASE = "http://127.0.0.1:8000"
 CONFIG = ScrapeConfig(extract_workers=0)
