@@ -1,7 +1,8 @@
 """A run that starts from Reddit submission dumps (generated in Pushshift's schema, compressed with zstd's 2 GiB
 window as the newer months are): their links by OpenWebText's rules become the URL lists, each URL carrying its
-submission into its document's metadata; a link the rules leave out is never fetched; `textmill reddit-urls`
-killed part-way leaves nothing that looks finished, and its rerun writes the bytes an uninterrupted one writes."""
+submission into its document's metadata; a link the rules leave out is never fetched, nor one a web archive holds
+(looked up in its index); `textmill reddit-urls` killed part-way leaves nothing that looks finished, and its rerun
+writes the bytes an uninterrupted one writes."""
 
 import json
 import os
@@ -13,11 +14,15 @@ from collections import defaultdict
 from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
+import pytest
 
 from support.cli import run_cli
+from support.archive_server import serve_archive
 from support.runs import make_run
 from textmill.demo import synthweb
+from textmill.demo.archive import CRAWLED_AT, write_archive
 from textmill.demo.reddit import submissions, write_dumps
+from textmill.pipeline.archive import cdxj_lines
 from textmill.pipeline.blacklist import normalize_url
 from textmill.pipeline.shards import list_shards, rejects_path
 
@@ -92,3 +97,39 @@ def test_reddit_urls_killed_part_way_leaves_no_list_and_its_rerun_writes_the_sam
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == ["RS_2019-06.jsonl"]  # the killed
     # run's part-written list stays hidden, under its process's temporary name
+
+
+@pytest.mark.parametrize("index_kind", ["cdxj", "server"])
+def test_a_run_from_dumps_reads_what_an_archive_holds_and_fetches_only_the_rest(tmp_path, site, index_kind):
+    """[scrape] archive_index: a URL with a capture in the archive (a CDXJ file, or an index server's API) is read
+    from its WARC record by a range request, never fetched live; the others are fetched live."""
+    web, server = site
+    base = synthweb.base_url(server)
+    config = make_run(tmp_path, site)
+    urls = synthweb.url_list(web, server)
+    write_dumps(urls, tmp_path / "dumps", MONTHS, seed=4)
+    archived = [p for p in web.url_paths if p.startswith("/article/") and int(p.split("/")[2].split(".")[0]) % 2 == 0]
+    warc = write_archive(web, base, tmp_path / "archive" / "crawl-data" / "a.warc.gz", archived)
+    (tmp_path / "archive" / "index.cdxj").write_text("\n".join(cdxj_lines(warc, "crawl-data/a.warc.gz")) + "\n")
+    with serve_archive(tmp_path / "archive", tmp_path / "archive" / "index.cdxj") as archive:
+        index = str(tmp_path / "archive" / "index.cdxj") if index_kind == "cdxj" else archive.base + "index"
+        config.write_text(config.read_text().replace('urls = ["urls"]', 'reddit_dumps = ["dumps"]').replace(
+            "[scrape]\n", f'[scrape]\narchive_index = "{index}"\narchive_prefix = "{archive.base}"\n'))
+        hits = dict(server.hits)
+        result = run_cli("run", str(config), "--workers", "2")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert archive.ranges > 0 and (archive.lookups > 0) == (index_kind == "server")
+    fetched = {path for path, count in server.hits.items() if count != hits.get(path, 0)}
+    # What the archive holds is never fetched live (but as where a live URL redirects: /redirect/0.html, which the
+    # archive holds as a 301, is fetched and followed to /article/0.html).
+    targets = {page.location for page in web.pages.values() if page.location}
+    assert fetched and not fetched & set(archived) - targets
+
+    scraped = [row for shard in list_shards([*(tmp_path / "work" / "2-scrape").glob("*")])
+               for row in pq.read_table(shard).to_pylist()]
+    from_archive = [row for row in scraped if row["url"].removeprefix(base) in archived]
+    assert len(from_archive) == archive.ranges
+    assert from_archive and all(row["fetched_at"] == CRAWLED_AT and row["text"] for row in from_archive)
+    assert any(row["url"].removeprefix(base) in fetched for row in scraped)
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "work" / "2-scrape").glob("*/.manifests/*.json")]
+    assert sum(m["from_archive"] for m in manifests) == len(from_archive)

@@ -41,6 +41,58 @@ def atomic_path(path: Path) -> Iterator[Path]:
             tmp.unlink()
 
 
+class PendingFile:
+    """A file written under a temporary name beside `path` (bytes appended with `write`): `close()` syncs it and
+    renames it into place, `abort()` drops it. For files written a piece at a time, a shard's JSON lines or a
+    web archive's records."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = temporary_path(path)
+        self._file = open(self._tmp, "wb")
+
+    def write(self, *pieces: bytes) -> None:
+        for piece in pieces:
+            self._file.write(piece)
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def given_files(given: Iterable[str | Path], suffixes: tuple[str, ...], kind: str) -> list[Path]:
+    """Files given directly, and the files inside given directories whose names end in `suffixes` (any case),
+    sorted; a directory with none, or a path that is neither, is one error naming what was looked for (`kind`)."""
+    files: list[Path] = []
+    for path in map(Path, given):
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(suffixes))
+            if not found:
+                raise TextmillError(f"no {kind} ({', '.join('*' + s for s in suffixes)}) in directory {path}")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise missing_input(path)
+    return files
+
+
+def unique_names(files: list[Path], name_of, kind: str) -> list[Path]:
+    """`files`, when no two of them give the same name (`name_of`: the name their output is given), else one error."""
+    names = [name_of(p) for p in files]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise TextmillError(f"two {kind} map to the same name {clash[0]!r}; rename one")
+    return files
+
+
 def empty_folder_beside(path: Path) -> Path:
     """`.NAME.tmp` beside `path`, empty: where a folder is written before it takes `path`'s place."""
     tmp = path.with_name(f".{path.name}.tmp")

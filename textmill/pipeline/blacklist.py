@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 import tldextract
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, missing_input, parsed_line, read_json_record, write_json
+from textmill.io.files import atomic_path, given_files, parsed_line, read_json_record, unique_names, write_json
 from textmill.pipeline.shards import URL_SCHEMA, ShardOutput, reject_schema, write_table
 from textmill.pipeline.stage_configs import BlacklistConfig
 from textmill.pipeline.units import OPENERS, LineUnit, read_unit_lines, url_list_name
@@ -298,23 +298,5 @@ def blacklist_shard(checked: Path, number: int, duplicate_files: list[Path], out
 
 
 def url_list_files(inputs: Iterable[str | Path]) -> list[Path]:
-    """Files given directly, and the URL lists (.txt and compressed) inside given directories, sorted."""
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            found = sorted(
-                p for p in path.iterdir() if p.is_file() and p.name.lower().endswith((".txt", ".jsonl", *OPENERS))
-            )
-            if not found:
-                raise TextmillError(f"no URL lists (*.txt, *.jsonl, *.gz, *.bz2, *.xz) in directory {path}")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise missing_input(path)
-    names = [url_list_name(p) for p in files]
-    clash = {n for n in names if names.count(n) > 1}
-    if clash:
-        raise TextmillError(f"two inputs map to the same shard name {sorted(clash)[0]!r}; rename one")
-    return files
+    """Files given directly, and the URL lists (.txt, .jsonl and compressed) inside given directories, sorted."""
+    return unique_names(given_files(inputs, (".txt", ".jsonl", *OPENERS), "URL lists"), url_list_name, "inputs")

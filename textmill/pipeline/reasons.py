@@ -64,6 +64,7 @@ REASONS: dict[str, dict[str, str]] = {
         "bad_url": "the URL cannot be fetched as written",
         "bad_scheme": "a redirect to a scheme other than http or https",
         "robots_disallowed": "with --robots-txt, the host's robots.txt disallows the page",
+        "not_in_archive": "with --archive-index and --no-archive-fallback, the archive has no capture of the URL",
         "status=<code>": "the server answered with this HTTP status",
         "content_type=<type>": "not HTML (`missing`: no Content-Type)",
         "too_large": "more than --max-bytes",

@@ -33,7 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
+from textmill.io.files import PendingFile
 from textmill.io.progress import progress
+from textmill.pipeline.archive import archive_index, read_capture
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
 from textmill.pipeline.fetch import Fetched, GuardedResolver, Hosts, HostQueue
@@ -48,7 +50,7 @@ from textmill.pipeline.shards import (
     sidecar_path,
 )
 from textmill.pipeline.scrape_chunks import Chunks
-from textmill.pipeline.warc_records import ArchiveWriter, request_record, response_record
+from textmill.pipeline.warc_records import request_record, response_record
 from textmill.pipeline.stage_configs import ScrapeConfig
 
 HTML_SCHEMA = pa.schema([("id", pa.string()), ("final_url", pa.string()), ("html", pa.binary()),
@@ -87,13 +89,20 @@ async def _scrape_pending(
 
         hosts = Hosts(session, resolver, cfg)
         urls = HostQueue(queue, hosts, aside=4 * cfg.concurrency)
+        # The archive is a host the user named (perhaps on a private network): asked without the address guard.
+        archive_session = aiohttp.ClientSession(timeout=timeout, trust_env=False) if cfg.archive_index else None
+        index = archive_index(cfg, archive_session) if cfg.archive_index else None
 
         async def worker() -> None:
             while (item := await urls.next()) is not None:
                 position, url_row = item
                 started = time.perf_counter()
-                tries = 0
-                if cfg.robots_txt and not await hosts.allowed(url_row["url"]):
+                tries, capture = 0, await index.lookup(url_row["url"]) if index else None
+                if capture is not None:
+                    got = await read_capture(capture, cfg.archive_prefix, archive_session, cfg.max_bytes)
+                elif index and not cfg.archive_fallback:
+                    got = Fetched(url_row["url"], reason="not_in_archive")
+                elif cfg.robots_txt and not await hosts.allowed(url_row["url"]):
                     got = Fetched(url_row["url"], reason="robots_disallowed")
                 else:
                     got, tries = await hosts.fetch_retrying(url_row["url"])
@@ -117,14 +126,19 @@ async def _scrape_pending(
                     fields, reason, charset = await asyncio.get_running_loop().run_in_executor(
                         None, extracted, pool, got.final_url, got.body, got.content_type, cfg.extractor)
                     row.update(fields)
-                row.update(elapsed_s=round(time.perf_counter() - started, 4), fetched_at=_now())
+                row.update(elapsed_s=round(time.perf_counter() - started, 4),
+                           fetched_at=capture.fetched_at() if capture else _now())
                 kept = cfg.keep_html or cfg.keep_warc
                 raw = got.body.decode("latin-1") if kept and got.body is not None else None
                 chunks.add(position, {"row": row, "reason": reason, "html": raw, "charset": charset,
-                                      "content_type": got.content_type, "tries": tries})
+                                      "content_type": got.content_type, "tries": tries, "archived": bool(capture)})
                 fetched.update(1)
 
-        await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+        try:
+            await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+        finally:
+            if archive_session:
+                await archive_session.close()
 
 
 def extracted(pool: ExtractorPool | None, url: str, body: bytes, content_type: str | None,
@@ -179,13 +193,14 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
         chunks.close()
 
     html_writer = ShardWriter(sidecar_path(output, "html"), HTML_SCHEMA) if cfg.keep_html else None
-    archive = ArchiveWriter(archive_path(output)) if cfg.keep_warc else None
+    archive = PendingFile(archive_path(output)) if cfg.keep_warc else None
     try:
         with ShardOutput("scrape", output, DOC_SCHEMA, [url_shard], cfg.params()) as stage:
             charsets: Counter[str] = Counter()
-            retried = 0
+            retried = archived = 0
             for entry in chunks.entries():
                 retried += max(entry.get("tries", 1) - 1, 0)
+                archived += entry.get("archived", False)
                 if entry["reason"]:
                     stage.reject(entry["row"], entry["reason"])
                 else:
@@ -197,7 +212,9 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
             for writer in (html_writer, archive):  # before the manifest: a finished shard has its HTML and archive
                 if writer:
                     writer.close()
-            return stage.finish(total, resumed=resumed, charsets=dict(sorted(charsets.items())), retries=retried)
+            extra = {"from_archive": archived} if cfg.archive_index else {}
+            return stage.finish(total, resumed=resumed, charsets=dict(sorted(charsets.items())), retries=retried,
+                                **extra)
     except BaseException:
         for writer in (html_writer, archive):
             if writer:
@@ -205,7 +222,7 @@ def scrape_shard(url_shard: Path, output: Path, cfg: ScrapeConfig,
         raise
 
 
-def keep_page(entry: dict, html_writer: ShardWriter | None, archive: ArchiveWriter | None, user_agent: str) -> None:
+def keep_page(entry: dict, html_writer: ShardWriter | None, archive: PendingFile | None, user_agent: str) -> None:
     """A fetched page's body, into the kept HTML and the archive, as asked."""
     row, body = entry["row"], entry["html"].encode("latin-1")
     if html_writer:
@@ -254,18 +271,25 @@ def extract_shard(scraped: Path, output: Path, cfg: ScrapeConfig) -> dict:
     workers = max(cfg.extract_workers, 1)
     with extraction_pool(cfg) as pool, ThreadPoolExecutor(workers) as threads, \
             ShardOutput("extract", output, DOC_SCHEMA, [scraped, html_file], cfg.params()) as stage:
-        charsets: Counter[str] = Counter()
-        count = 0
-        for row, reason, charset in ordered_map(threads, again, chain(with_pages(kept), with_pages(rejected)),
-                                                4 * workers):
-            count += 1
-            if charset:
-                charsets[charset] += 1
-            if reason:
-                stage.reject(row, reason)
-            else:
-                stage.keep(row)
-        return stage.finish(count, charsets=dict(sorted(charsets.items())))
+        pages = chain(with_pages(kept), with_pages(rejected))
+        count, charsets = write_extracted(stage, ordered_map(threads, again, pages, 4 * workers))
+        return stage.finish(count, charsets=charsets)
+
+
+def write_extracted(stage: ShardOutput, results: Iterable[tuple[dict, str | None, str | None]]) -> tuple[int, dict]:
+    """Each extracted page, (row, reject reason or None, how it was decoded), kept or rejected into `stage`; how
+    many there were, and how many were decoded each way."""
+    charsets: Counter[str] = Counter()
+    count = 0
+    for row, reason, charset in results:
+        count += 1
+        if charset:
+            charsets[charset] += 1
+        if reason:
+            stage.reject(row, reason)
+        else:
+            stage.keep(row)
+    return count, dict(sorted(charsets.items()))
 
 
 def ordered_map(executor: ThreadPoolExecutor, function: Callable, items: Iterable, window: int) -> Iterator:

@@ -34,6 +34,7 @@ from textmill import __version__
 from textmill.errors import TextmillError
 from textmill.io.files import (
     LOOSE_JSON_SUFFIXES,
+    PendingFile,
     atomic_path,
     file_fingerprint,
     missing_input,
@@ -214,25 +215,13 @@ class JsonLinesWriter:
     records of a stage whose output is a list another tool reads as text (a URL list)."""
 
     def __init__(self, path: Path):
-        self.path = path
         self.rows = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temporary_path(path)
-        self._file = open(self._tmp, "wb")
+        self._file = PendingFile(path)
+        self.close, self.abort = self._file.close, self._file.abort
 
     def write(self, row: dict) -> None:
         self._file.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
         self.rows += 1
-
-    def close(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-
-    def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
 
 
 def reason_key(reason: str) -> str:

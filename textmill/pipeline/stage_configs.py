@@ -121,6 +121,15 @@ class ScrapeConfig(StageConfig):
                               "records in .warc/NAME.warc.gz (the final URL, the fetch's time, the response's "
                               "Content-Type and body; other headers are not kept), which `textmill warc` reads to "
                               "extract again, with any extractor, without fetching", added=True)
+    archive_index: str = setting("", "look each URL up in a web archive first: a CDXJ index (an absolute path to a "
+                                 ".cdxj file or a folder of them) or an index server's API (http(s)://HOST/INDEX, "
+                                 "pywb's or Common Crawl's); a URL with a capture (status 200) is read from its WARC "
+                                 "record, never fetched live. Empty: every URL fetched live", added=True)
+    archive_prefix: str = setting("", "where the WARC files the index names are: an http(s) URL they are read from "
+                                  "by range requests (Common Crawl's https://data.commoncrawl.org/) or an absolute "
+                                  "path to a folder", added=True)
+    archive_fallback: bool = setting(True, "fetch live a URL the archive has no capture of; false: reject it as "
+                                     "not_in_archive", added=True)
     retries: int = setting(2, "tries again of a fetch that failed in a way that may pass (a connection error, a broken "
                            "response, 429, 502, 503, 504; not a timeout, which would hold its slot as long again) "
                            "before it is a reject", least=0, keyed=False)

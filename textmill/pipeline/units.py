@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, missing_input
+from textmill.io.files import atomic_path, file_fingerprint, given_files, is_loose_json
 from textmill.io.store import cache_root, fetch
 from textmill.pipeline.shards import safe_shard_name, shard_stem
 
@@ -232,18 +232,7 @@ WARC_SUFFIXES = (".warc", ".warc.gz")
 
 def warc_files(given: Iterable[Path]) -> list[Path]:
     """Web archives given directly, and the *.warc.gz and *.warc files inside given directories, sorted."""
-    files: list[Path] = []
-    for path in map(Path, given):
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(WARC_SUFFIXES))
-            if not found:
-                raise TextmillError(f"no web archives (*.warc.gz, *.warc) in directory {path}")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise missing_input(path)
-    return files
+    return given_files(given, WARC_SUFFIXES, "web archives")
 
 
 def warc_units(path: Path, responses_per_unit: int) -> tuple[WarcUnit, ...]:

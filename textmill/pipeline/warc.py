@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import normalize_url, url_id
 from textmill.pipeline.fetch import HTML_TYPES
-from textmill.pipeline.scrape import extracted, extraction_pool, looks_binary, ordered_map
+from textmill.pipeline.scrape import extracted, extraction_pool, looks_binary, ordered_map, write_extracted
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.pipeline.stage_configs import EXTRACTION_SETTINGS, ScrapeConfig
 from textmill.pipeline.units import WarcUnit
@@ -106,15 +106,6 @@ def warc_shard(unit: WarcUnit, output: Path, cfg: ScrapeConfig) -> dict:
     workers = max(cfg.extract_workers, 1)
     with extraction_pool(cfg) as pool, ThreadPoolExecutor(workers) as threads, \
             ShardOutput("warc", output, DOC_SCHEMA, [], extraction_params(cfg)) as stage:
-        charsets: Counter[str] = Counter()
-        count = 0
-        for row, reason, charset in ordered_map(threads, extract, records, 4 * workers):
-            count += 1
-            if charset:
-                charsets[charset] += 1
-            if reason:
-                stage.reject(row, reason)
-            else:
-                stage.keep(row)
+        count, charsets = write_extracted(stage, ordered_map(threads, extract, records, 4 * workers))
         return stage.finish(count, unit=unit.record(), other_records=dict(sorted(records.others.items())),
-                            charsets=dict(sorted(charsets.items())))
+                            charsets=charsets)

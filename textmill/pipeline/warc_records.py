@@ -1,16 +1,12 @@
 """Writing web archives: WARC/1.1 records, each its own gzip member (how .warc.gz files are written, so that a reader
-can start at any record), and a file of them written under a temporary name and renamed into place when whole. The
-scrape archives what it fetched with it ([scrape] keep_warc); the demo and the tests archive the synthetic web."""
+can start at any record). The scrape archives what it fetched with them ([scrape] keep_warc); the demo and the
+tests archive the synthetic web."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import uuid
-from pathlib import Path
-
-from textmill.io.files import temporary_path
 
 HTTP_REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 404: "Not Found", 500: "Internal Server Error"}
 
@@ -49,27 +45,3 @@ def request_record(url: str, date: str, user_agent: str) -> bytes:
     target = "/" + (parts[3] if len(parts) > 3 else "")
     block = f"GET {target} HTTP/1.1\r\nHost: {parts[2]}\r\nUser-Agent: {user_agent}\r\n\r\n".encode("utf-8")
     return warc_record("request", url, date, block, "application/http; msgtype=request")
-
-
-class ArchiveWriter:
-    """Records appended to a .warc.gz file under a temporary name; `close()` renames it into place."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temporary_path(path)
-        self._file = open(self._tmp, "wb")
-
-    def write(self, *records: bytes) -> None:
-        for record in records:
-            self._file.write(record)
-
-    def close(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-
-    def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)

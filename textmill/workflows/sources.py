@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from textmill.errors import TextmillError
-from textmill.io.files import missing_input
+from textmill.io.files import given_files, unique_names
 from textmill.io.store import version_stamp
 from textmill.run_file import RunConfig
 from textmill.workflows.memos import REDDIT_LISTS, key_of
@@ -42,22 +41,8 @@ def _stamp(path: Path) -> tuple | None:
 def _dump_files(given: tuple[Path, ...], stamps: tuple) -> tuple[Path, ...]:
     from textmill.pipeline.reddit import dump_name
 
-    files: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(DUMP_SUFFIXES))
-            if not found:
-                raise TextmillError(f"no submission dumps (*.zst, *.gz, *.bz2, *.xz, *.jsonl) in directory {path}")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise missing_input(path)
-    names = [dump_name(p) for p in files]
-    clash = sorted({n for n in names if names.count(n) > 1})
-    if clash:
-        raise TextmillError(f"two dumps map to the same URL list name {clash[0]!r}; rename one")
-    return tuple(files)
+    files = given_files(given, DUMP_SUFFIXES, "submission dumps")
+    return tuple(unique_names(files, dump_name, "dumps"))
 
 
 def reddit_key(settings: RunConfig, dump: Path) -> str:
