@@ -24,7 +24,7 @@ import io
 import lzma
 import zlib
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -192,7 +192,7 @@ def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
                 record, reason = (None, "too_large") if too_large else parsed_line(raw)
                 link, reason = (None, reason) if reason else judge(record, rules)
                 if link is not None:
-                    stage.keep(asdict(link))
+                    stage.keep(vars(link))  # dataclasses.asdict copied each field deeply: a third of the time
                 else:
                     stage.reject({**_rejected_fields(record), "source": f"{dump.name}:{lineno}"}, reason)
                 shown.update(1)
