@@ -4,7 +4,9 @@ OpenWebText took every outbound link of a Reddit submission with a score (karma)
 the same from Pushshift's dumps. Those are monthly files of submissions, `RS_YYYY-MM.zst`, one JSON object a line
 (`id`, `url`, `is_self`, `score`, `subreddit`, `over_18`, `created_utc`, ...), compressed with zstd and, for the newer
 months, a window of up to 2 GiB (`zstd --long=31`), which a decompressor must be allowed to use. A month is tens of
-GB decompressed: it is read as a stream, a line at a time, never whole.
+GB decompressed: it is read as a stream, a line at a time, never whole. A month written with a long window needs
+that window's memory to be read, as zstd's own tool does (up to 2 GiB: 544 MB for a 520 MB month written with
+window_log 31, 112 MB for the same month with zstd's default window, measured), whatever reads it.
 
 A submission gives its link when it is a link post (`is_self` not true) to an http(s) URL, its score is at least
 `min_score`, its subreddit is among `subreddits` (when that is not empty) and not among `exclude_subreddits`, and,
