@@ -8,6 +8,9 @@ workers waiting on them. Each page is decoded (textmill.pipeline.charset), then 
 while pages are parsed, within `extract_timeout_s` of CPU time per page, or it is rejected as
 `extraction_timeout`.
 
+With an archive index ([scrape] archive_index; textmill.pipeline.archive), a URL the archive holds is read from its
+capture's record instead of fetched; with keep_warc, every page fetched is also archived as WARC records.
+
 Resumable, and bounded in memory whatever the shard's size: the URLs are read from the shard as they are
 fetched, and every `chunk_urls` of them are committed as a chunk (textmill.pipeline.scrape_chunks): a
 rerun after a crash fetches only URLs with no journal line on this machine, a rerun on another machine,

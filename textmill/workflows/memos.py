@@ -15,6 +15,7 @@ from pathlib import Path
 
 from textmill.run_file import RunConfig, load_config
 
+
 def key_of(*parts) -> str:
     """A short stable hash of JSON-able parts: what names a task's folder (memoized below, by task)."""
     text = json.dumps(parts, sort_keys=True, default=str)
