@@ -24,3 +24,26 @@ def test_a_scheduler_retry_warning_prints_no_empty_traceback_and_the_retry_optio
         luigi.task.Config()  # any task reads the configuration, as each task of a run does
         luigi.interface.core()
     assert not [w for w in caught if "rpc_retry" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_the_private_parts_of_luigis_worker_that_failfastworker_builds_on_are_there():
+    """FailFastWorker overrides Luigi's private `_add`, `_add_task`, `_run_task` and `_keep_alive` and reads its
+    `_scheduled_tasks`, `_assistant` and `_scheduler`: a Luigi release that renames one would leave textmill's
+    override never called (a failed task retried for ever, a run waiting on a lost worker) without an error. This
+    fails first, naming what is gone, and so does a signature that no longer takes what the overrides pass on."""
+    import inspect
+
+    from luigi.scheduler import Scheduler
+
+    from textmill.workflows.runner import FailFastWorker, Schedulers
+
+    methods = {"_add": ["task", "is_complete"], "_add_task": [], "_run_task": ["task_id"],
+               "_keep_alive": ["get_work_response"]}
+    for name, parameters in methods.items():
+        base = getattr(luigi.worker.Worker, name, None)
+        assert callable(base), f"luigi.worker.Worker.{name} is gone"
+        assert getattr(FailFastWorker, name) is not base  # textmill's override is the one called
+        assert list(inspect.signature(base).parameters)[1:len(parameters) + 1] == parameters, name
+    worker = Schedulers().create_worker(Scheduler(), 1)  # not entered: no thread started
+    for attribute in ("_scheduled_tasks", "_assistant", "_scheduler"):
+        assert hasattr(worker, attribute), f"a Luigi worker has no {attribute}"
