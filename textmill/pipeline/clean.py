@@ -1,10 +1,10 @@
 """Cleanup, after Megatron-LM's tools/openwebtext/cleanup_dataset.py: repair mojibake with ftfy, keep one
-language by langdetect (or, when asked, fastText's language identifier), drop documents under `min_tokens`
-tokens.
+language by fastText's language identifier (or, when asked, by langdetect, as the reference does), drop
+documents under `min_tokens` tokens.
 
 Differences from the reference, each on purpose:
-- langdetect is seeded (`DetectorFactory.seed`), so the same text always gets the same language, and it
-  reads at most `langdetect_chars` characters, so one huge page cannot stall a shard.
+- The language detector reads at most `langdetect_chars` characters, so one huge page cannot stall a shard;
+  langdetect, when chosen, is seeded (`DetectorFactory.seed`), so the same text always gets the same language.
 - Token counts: with a tokenizer (`--vocab-file/--merge-file`), GPT-2 BPE tokens plus the end-of-document
   token, as the reference counts. Without one, the number of GPT-2 pre-tokenisation pieces plus one: every piece is
   at least one BPE token, so this is a lower bound of the BPE count and may drop a few documents the BPE
@@ -18,7 +18,6 @@ from typing import Callable
 
 import ftfy
 import regex
-from langdetect import DetectorFactory, LangDetectException, detect
 
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.stage import Verdict, filter_documents
@@ -46,6 +45,8 @@ def detect_language(text: str, cfg: CleanConfig) -> str | None:
 
         [best] = fasttext_detect(text, model="lite")  # the model inside the package: nothing is downloaded
         return best["lang"] if best["score"] >= FASTTEXT_MIN_SCORE and text.strip() else None
+    from langdetect import DetectorFactory, LangDetectException, detect  # the megatron-fidelity extra
+
     DetectorFactory.seed = cfg.seed  # read by every Detector it creates: same text, same answer
     try:
         return detect(text)

@@ -19,12 +19,12 @@ from multiprocessing.connection import Connection
 WALL_BACKSTOP = 20  # wall seconds per CPU second of the limit before a silent worker is killed
 
 
-def extract(url: str, html: str, extractor: str = "newspaper") -> tuple[str, str]:
+def extract(url: str, html: str, extractor: str) -> tuple[str, str]:
     """(title, text) of a page, from HTML we fetched and decoded ourselves, by newspaper3k (never its
     downloader, never its `nlp()`) or trafilatura (main text without comments; tables kept)."""
     if extractor == "trafilatura":
         return extract_trafilatura(url, html)
-    from newspaper import Article, Config
+    from newspaper import Article, Config  # the megatron-fidelity extra
 
     config = Config()
     config.fetch_images = False
@@ -149,7 +149,7 @@ class ExtractorPool:
         self._all[self._all.index(worker)] = fresh
         return fresh
 
-    def extract(self, url: str, html: str, extractor: str = "newspaper") -> tuple[str, str]:
+    def extract(self, url: str, html: str, extractor: str) -> tuple[str, str]:
         """(title, text); raises ExtractionTimeout past the deadline, ExtractionFailed otherwise."""
         worker = self._idle.get()
         try:

