@@ -177,7 +177,8 @@ def from_namespace(cls, namespace: argparse.Namespace, **given):
 
 def to_argv(cls, values: dict) -> list[str]:
     """The command-line options that give `values` (field name -> value, as from_table checked them), in
-    the order given: what `textmill run` passes to a command it starts."""
+    the order given: the command a person would type, which a run's log shows (a process textmill starts is
+    given its settings as a typed table file, never as options)."""
     argv: list[str] = []
     for name, value in values.items():
         f = next(f for f in fields(cls) if f.name == name)

@@ -1,6 +1,6 @@
 """The corpus tasks from the URL lists to the cleaned shards: thin tasks over textmill.pipeline.
 
-    [RedditLinks(d): a URL list per submission dump, when the run starts from Reddit's (sources.py)]
+    [RedditLinks(d): a URL list per submission dump, when the run starts from Reddit's (source_tasks.py)]
     GivenFile(i) -> BlacklistCheck(i) -> BlacklistDuplicates(p) -> BlacklistShard(i) -> ScrapeShard(i)
       -> SignatureShard(i) -> DedupBandKeys(i) -> DedupBand(b) -> DedupClusters -> DedupShard(i)
       -> CleanShard(i) -> [QualityShard(i)]                        (then shuffle_tasks.py)
@@ -14,13 +14,11 @@ the last list, leave every earlier shard, its scrape and its MinHash signatures 
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
+from typing import Callable
 
 import luigi
 
 from textmill.io.files import file_fingerprint
-from textmill.io.store import fetch
 from textmill.pipeline.shards import earlier_or_current, manifest_path, record_path, sidecar_path
 from textmill.run_file import RunConfig
 from textmill.workflows.framework import (
@@ -34,7 +32,7 @@ from textmill.workflows.framework import (
     url_stamps,
 )
 from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer, run_config
-from textmill.workflows.sources import REDDIT_STAGE, dump_files, given_dumps, reddit_key
+from textmill.workflows.source_tasks import WarcShard
 from textmill.workflows.targets import ShardTarget, WorkTarget
 
 
@@ -130,23 +128,28 @@ class BlacklistShard(ShardTask):
 
 
 class MapShard(ShardTask):
-    """A stage that maps each shard through one function of textmill.pipeline:
+    """A stage that maps each shard through one function of textmill.pipeline, its `stage_function()`:
     `function(input shard, output shard, settings of its table, *arguments())`, keyed by its input and
     that table's settings. A stage command runs it alone on the files it was given."""
 
     reads: type[ShardTask]  # the task whose shard it reads in a run
     command: str  # the stage command that runs it alone
     table: str  # the run file's table of its settings
-    function: str  # "module:name", imported when it runs (heavy libraries load only where they are used)
     sidecars: tuple[str, ...] = ()  # the input's sidecar files the function reads too
     reads_documents = True  # the function takes max_document_bytes ([input]) for the given files it reads
+
+    @staticmethod
+    def stage_function() -> Callable:
+        """The stage's function, imported when asked (its heavy libraries load only where it runs)."""
+        raise NotImplementedError
 
     def requires(self):
         return {"shard": given_or(self.command, self.reads(self.config, self.shard))}
 
     @property
     def libraries(self) -> tuple[str, ...]:
-        return *RunTask.libraries, self.function.split(":")[0]
+        """Its stage's module with the others: asking for the function imports it, once, before the fork."""
+        return *RunTask.libraries, self.stage_function().__module__
 
     def own_settings(self) -> tuple:
         limit = (self.settings.input.max_document_bytes,) if self.reads_documents else ()
@@ -156,19 +159,23 @@ class MapShard(ShardTask):
         return ()
 
     def make(self):
-        module, name = self.function.split(":")
-        stage = getattr(importlib.import_module(module), name)
         limit = {"max_document_bytes": self.settings.input.max_document_bytes} if self.reads_documents else {}
-        stage(self.input()["shard"].local(*self.sidecars), self.output().shard, getattr(self.settings, self.table),
-              *self.arguments(), **limit)
+        self.stage_function()(self.input()["shard"].local(*self.sidecars), self.output().shard,
+                              getattr(self.settings, self.table), *self.arguments(), **limit)
 
 
 class ScrapeShard(MapShard):
     """One unit's pages, its progress committed to WORK a chunk of URLs at a time (a scrape resumed on
     another machine fetches at most a chunk again)."""
 
-    stage, command, table, function = "2-scrape", "scrape", "scrape", "textmill.pipeline.scrape:scrape_shard"
+    stage, command, table = "2-scrape", "scrape", "scrape"
     reads, reads_documents = BlacklistShard, False
+
+    @staticmethod
+    def stage_function():
+        from textmill.pipeline.scrape import scrape_shard
+
+        return scrape_shard
 
     def target(self) -> ShardTarget:
         from textmill.pipeline.scrape_chunks import chunks_folder
@@ -184,34 +191,18 @@ class ExtractShard(MapShard):
     """A scraped shard extracted again from the HTML it kept, fetching nothing: `textmill extract` (a run
     scrapes again when [scrape] changes)."""
 
-    stage, command, table, function = "2-extract", "extract", "scrape", "textmill.pipeline.scrape:extract_shard"
+    stage, command, table = "2-extract", "extract", "scrape"
     reads, sidecars, reads_documents = ScrapeShard, ("rejects", "html"), False
+
+    @staticmethod
+    def stage_function():
+        from textmill.pipeline.scrape import extract_shard
+
+        return extract_shard
 
     def own_settings(self) -> tuple:
         html = earlier_or_current(sidecar_path(self.input()["shard"].shard, "html"))
         return *super().own_settings(), file_fingerprint(html)["sha256"]
-
-
-class WarcShard(ShardTask):
-    """One unit of a web archive's pages, extracted as the scrape extracts them (a run from [run] warcs)."""
-
-    stage = "2-warc"
-    libraries = (*RunTask.libraries, "textmill.pipeline.warc")
-
-    def requires(self):
-        return GivenFile(self.config, self.shard)
-
-    def own_settings(self) -> tuple:
-        from textmill.pipeline.warc import extraction_params
-
-        return (extraction_params(self.settings.scrape),)
-
-    def make(self):
-        from textmill.pipeline.warc import warc_shard
-
-        given = self.input()
-        given.local()
-        warc_shard(given.unit, self.output().shard, self.settings.scrape)
 
 
 def scraped(config: str, shard: int) -> ScrapeShard | WarcShard | GivenFile:
@@ -333,7 +324,13 @@ class DedupShard(MapShard):
     clusters alone, whose key already covers every scraped shard: so every filtered shard has the same key,
     and the stages after dedup keep one folder each, which `datasets.load_dataset` reads whole."""
 
-    stage, command, table, function = "3-dedup", "dedup", "dedup", "textmill.pipeline.dedup:filter_shard"
+    stage, command, table = "3-dedup", "dedup", "dedup"
+
+    @staticmethod
+    def stage_function():
+        from textmill.pipeline.dedup import filter_shard
+
+        return filter_shard
 
     def requires(self):
         return {"shard": scraped(self.config, self.shard), "clusters": DedupClusters(self.config)}
@@ -349,8 +346,14 @@ class DedupShard(MapShard):
 
 
 class CleanShard(MapShard):
-    stage, command, table, function = "4-clean", "clean", "clean", "textmill.pipeline.clean:clean_shard"
+    stage, command, table = "4-clean", "clean", "clean"
     reads = DedupShard
+
+    @staticmethod
+    def stage_function():
+        from textmill.pipeline.clean import clean_shard
+
+        return clean_shard
 
     @property
     def libraries(self) -> tuple[str, ...]:
@@ -367,52 +370,11 @@ class CleanShard(MapShard):
 class QualityShard(MapShard):
     """The quality filters of [quality] preset over one cleaned shard (only when the preset is not none)."""
 
-    stage, command, table, function = "4-quality", "quality", "quality", "textmill.pipeline.quality:quality_shard"
+    stage, command, table = "4-quality", "quality", "quality"
     reads = CleanShard
 
+    @staticmethod
+    def stage_function():
+        from textmill.pipeline.quality import quality_shard
 
-class RedditLinks(RunTask):
-    """The links of one submission dump by [reddit]'s rules: a JSON-lines URL list, its rejects and manifest."""
-
-    stage = REDDIT_STAGE
-    dump = luigi.IntParameter(description="position of the dump, in order")
-    fanned_by = "dump"
-
-    def fan_count(self) -> int:
-        return len(dump_files(self.settings))
-
-    def path(self) -> Path:
-        return dump_files(self.settings)[self.dump]
-
-    def own_key(self) -> str:
-        return reddit_key(self.settings, self.path())
-
-    def target(self) -> ShardTarget:
-        from textmill.pipeline.reddit import dump_name
-
-        shard = self.folder() / f"{dump_name(self.path())}.jsonl"
-        return ShardTarget(shard, manifest_path(shard))
-
-    def make(self):
-        from textmill.pipeline.reddit import reddit_links
-
-        reddit_links(fetch(self.path()), self.output().shard, self.settings.reddit)
-
-    def shown(self) -> str:
-        return f"{self.task_family}({self.path().name})"
-
-
-def source_tasks(config: str) -> list[RedditLinks]:
-    """The tasks that write the run's URL lists before its graph can be known (none for a run from [run] urls)."""
-    settings = run_config(config)
-    return [RedditLinks(config, d) for d in range(len(dump_files(settings)))] if given_dumps(settings) else []
-
-
-def sources_finished(config: str) -> bool:
-    """Whether the run's URL lists are all there (so its graph can be known), made current on this machine."""
-    sources = source_tasks(config)
-    if not all(task.complete() for task in sources):
-        return False
-    for task in sources:
-        task.output().local()
-    return True
+        return quality_shard

@@ -15,7 +15,7 @@ from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
 from textmill.workflows.records import FAILURES, read_record, task_seconds
-from textmill.workflows.corpus_tasks import source_tasks, sources_finished
+from textmill.workflows.source_tasks import source_tasks, sources_finished
 from textmill.workflows.stages import StageRecord, read, run_stages
 from textmill.workflows.token_tasks import MergeDataset
 

@@ -29,7 +29,7 @@ from textmill.workflows.framework import RunTask, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
 from textmill.workflows.run_records import record_run, run_graph, run_record, run_targets
-from textmill.workflows.corpus_tasks import source_tasks
+from textmill.workflows.source_tasks import source_tasks
 from textmill.workflows.workers import HELD_LOCKS, build
 
 

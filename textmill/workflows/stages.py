@@ -30,6 +30,7 @@ from textmill.workflows import shuffle_tasks as s
 from textmill.workflows.framework import RunTask, ShardTask, num_shards
 from textmill.workflows.memos import run_config
 from textmill.workflows.records import task_seconds
+from textmill.workflows.source_tasks import RedditLinks, WarcShard, source_tasks
 
 
 def per_unit(kind: type) -> Callable[[str], list]:
@@ -44,7 +45,7 @@ def read(path: Path) -> dict:
 
 def shard_files(tasks: list) -> list[Path]:
     """The shards a stage's `shards` tasks write: one each, or a set's (the shuffle's, decontamination's)."""
-    if isinstance(tasks[0], (ShardTask, c.RedditLinks)):
+    if isinstance(tasks[0], (ShardTask, RedditLinks)):
         return [task.output().shard for task in tasks]
     return tasks[0].output().shards
 
@@ -118,10 +119,10 @@ class Stage:
 
 
 STAGES = (
-    Stage("reddit-urls", c.source_tasks, in_run=lambda settings: bool(settings.run.reddit_dumps)),
+    Stage("reddit-urls", source_tasks, in_run=lambda settings: bool(settings.run.reddit_dumps)),
     Stage("blacklist", per_unit(c.BlacklistShard), blacklist_steps, in_run=lambda settings: not settings.run.warcs),
     Stage("scrape", per_unit(c.ScrapeShard), in_run=lambda settings: not settings.run.warcs),
-    Stage("warc", per_unit(c.WarcShard), in_run=lambda settings: bool(settings.run.warcs)),
+    Stage("warc", per_unit(WarcShard), in_run=lambda settings: bool(settings.run.warcs)),
     # Pages a scrape kept, extracted again (`textmill extract`): a command's stage, in no run.
     Stage("extract", per_unit(c.ExtractShard), in_run=lambda settings: False),
     Stage("dedup", per_unit(c.DedupShard), dedup_steps, part=dedup_part, summary=c.DedupClusters),
