@@ -30,6 +30,7 @@ from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.pipeline.stage_configs import EXTRACTION_SETTINGS, ScrapeConfig
 from textmill.pipeline.units import WarcUnit
 
+
 def extraction_params(cfg: ScrapeConfig) -> dict:
     """What of [scrape] changes the documents an archive gives: its extraction's keyed settings."""
     return {name: value for name, value in cfg.params().items() if name in EXTRACTION_SETTINGS}
