@@ -162,18 +162,29 @@ async def read_capture(capture: Capture, prefix: str, session, max_bytes: int) -
     except (OSError, EOFError, zlib.error) as exc:
         raise OSError(f"{capture.filename} at {capture.offset}: not a whole gzip member ({exc})") from None
     for record in ArchiveIterator(io.BytesIO(data), parse_http=True, auto_decode="all", fsspec_args=False):
-        http = record.http_headers
-        if http is None:
+        if record.http_headers is None:
             break
-        mime = (http.get("Content-Type") or "").split(";")[0].strip().lower()
-        if http.status_code != 200 or mime not in HTML_TYPES:
-            reason = f"status={http.status_code}" if http.status_code != 200 else f"content_type={mime or 'missing'}"
-            return Fetched(capture.url, http.status_code, reason=reason)
-        body = record.reader.read(max_bytes + 1)
-        if len(body) > max_bytes:
-            return Fetched(capture.url, http.status_code, reason="too_large")
-        return Fetched(capture.url, http.status_code, body, content_type=http.get("Content-Type"))
+        return archived_response(record, capture.url, max_bytes)
     raise OSError(f"{capture.filename} at {capture.offset}: no HTTP response record there")
+
+
+def archived_response(record, url: str, max_bytes: int) -> Fetched:
+    """A WARC response record (FastWARC's, its HTTP parsed) as the fetch of `url` would have gone: its status, and
+    its Content-Type and body (encodings undone, at most max_bytes) or the reason the page is not taken
+    (broken_response, status=, content_type=, too_large), as the live fetch judges a response."""
+    http = record.http_headers
+    if http is None:
+        return Fetched(url, reason="broken_response")
+    if http.status_code != 200:
+        return Fetched(url, http.status_code, reason=f"status={http.status_code}")
+    content_type = http.get("Content-Type")
+    mime = (content_type or "").split(";")[0].strip().lower()
+    if mime not in HTML_TYPES:
+        return Fetched(url, http.status_code, reason=f"content_type={mime or 'missing'}")
+    body = record.reader.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        return Fetched(url, http.status_code, reason="too_large")
+    return Fetched(url, http.status_code, body, content_type=content_type)
 
 
 def _read_range(path: Path, offset: int, length: int) -> bytes:

@@ -131,8 +131,8 @@ async def _scrape_pending(
                     row.update(fields)
                 row.update(elapsed_s=round(time.perf_counter() - started, 4),
                            fetched_at=capture.fetched_at() if capture else _now())
-                kept = cfg.keep_html or cfg.keep_warc
-                raw = got.body.decode("latin-1") if kept and got.body is not None else None
+                keep_body = cfg.keep_html or cfg.keep_warc
+                raw = got.body.decode("latin-1") if keep_body and got.body is not None else None
                 chunks.add(position, {"row": row, "reason": reason, "html": raw, "charset": charset,
                                       "content_type": got.content_type, "tries": tries, "archived": bool(capture)})
                 fetched.update(1)

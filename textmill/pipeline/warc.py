@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from textmill.errors import TextmillError
 from textmill.pipeline.blacklist import normalize_url, url_id
-from textmill.pipeline.fetch import HTML_TYPES
+from textmill.pipeline.archive import archived_response
 from textmill.pipeline.scrape import extracted, extraction_pool, looks_binary, ordered_map, write_extracted
 from textmill.pipeline.shards import DOC_SCHEMA, ShardOutput
 from textmill.pipeline.stage_configs import EXTRACTION_SETTINGS, ScrapeConfig
@@ -74,22 +74,13 @@ class _Records:
                "metadata": json.dumps({"warc_file": self.unit.path.name, "warc_record_id": record.record_id})}
         if reason:
             return row, "bad_url", None, None
-        http = record.http_headers
-        if http is None:
-            return row, "broken_response", None, None
-        row["status"] = http.status_code
-        if http.status_code != 200:
-            return row, f"status={http.status_code}", None, None
-        content_type = http.get("Content-Type")
-        mime = (content_type or "").split(";")[0].strip().lower()
-        if mime not in HTML_TYPES:
-            return row, f"content_type={mime or 'missing'}", None, None
-        body = record.reader.read(self.max_bytes + 1)
-        if len(body) > self.max_bytes:
-            return row, "too_large", None, None
-        if looks_binary(body):
+        got = archived_response(record, url, self.max_bytes)
+        row["status"] = got.status
+        if got.reason:
+            return row, got.reason, None, None
+        if looks_binary(got.body):
             return row, "binary_content", None, None
-        return row, None, body, content_type
+        return row, None, got.body, got.content_type
 
 
 def warc_shard(unit: WarcUnit, output: Path, cfg: ScrapeConfig) -> dict:
