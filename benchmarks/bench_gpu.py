@@ -101,7 +101,7 @@ def measure(keywords: dict, batch: int, seq: int, warmup: int, steps: int, devic
     torch.manual_seed(0)
     ours, theirs = GPT(cfg).to(device), transformers_model(cfg).to(device)
     if compile_models:
-        for block in ours.blocks.values():  # as `textmill train` compiles (train.compile_blocks)
+        for block in ours.blocks.values():  # as `textmill train` compiles (parts.compile_blocks)
             block.compile()
         theirs = torch.compile(theirs)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=device)

@@ -71,10 +71,10 @@ def measure_steps(trainer, config, steps: int, before: int) -> dict:
         t = t.to_local() if isinstance(t, DTensor) else t
         return t.numel() * t.element_size()
 
-    params = [p for _, chunk in trainer.chunks for p in chunk.parameters()]
+    params = [p for _, chunk in trainer.parts.chunks for p in chunk.parameters()]
     state = sum(local_bytes(p) for p in params)
     state += sum(local_bytes(p) for p in params)  # gradients: the same shapes (freed by zero_grad after a step)
-    state += sum(local_bytes(v) for opt in trainer.optimizers for s in opt.state.values() for v in s.values()
+    state += sum(local_bytes(v) for opt in trainer.parts.optimizers for s in opt.state.values() for v in s.values()
                  if isinstance(v, torch.Tensor) and v.ndim > 0)
     tokens = config.global_batch_size * trainer.seq_len
     return {"rank": int(os.environ.get("RANK", 0)), "state_bytes": state, "peak_growth": peak_rss_bytes() - before,

@@ -51,7 +51,7 @@ CONFIGS = {
 def compared_models(cfg: GPTConfig, against: str, device: torch.device) -> dict:
     """The two models of a comparison, each with its step function."""
     if against == "compile":
-        from textmill.trainer.train import compile_blocks
+        from textmill.trainer.parts import compile_blocks
 
         compiled = GPT(cfg)
         compile_blocks(compiled, device, print)

@@ -7,7 +7,7 @@ from support.gpu import needs_cuda
 from textmill.trainer.gpt_config import GPTConfig
 from textmill.trainer.model import GPT, activation_bytes
 from textmill.trainer.optim import make_optimizer
-from textmill.trainer.train import compile_blocks
+from textmill.trainer.parts import compile_blocks
 
 MICRO_BATCH, SEQ = 32, 1024  # the README's GPT-2 124M command: --micro-batch-size 32 --seq-length 1024 --bf16
 

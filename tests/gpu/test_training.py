@@ -44,10 +44,10 @@ def first_gradients(trainer: Trainer) -> dict[str, torch.Tensor]:
     """The gradients of the first micro-batch as the trainer's step makes them (autocast, scaled loss), unscaled."""
     tokens, labels = next(trainer.micro_batches(trainer.train_data, 0, trainer.config.global_batch_size))
     with trainer.autocast():
-        loss = trainer.models[0](tokens, labels)
+        loss = trainer.parts.models[0](tokens, labels)
     trainer.scaler.scale(loss).backward()
-    trainer.scaler.unscale_(trainer.optimizers[0])
-    return {name: p.grad.double() for name, p in trainer.models[0].named_parameters()}
+    trainer.scaler.unscale_(trainer.parts.optimizers[0])
+    return {name: p.grad.double() for name, p in trainer.parts.models[0].named_parameters()}
 
 
 def test_fp16_with_loss_scaling_gives_the_fp32_gradients(corpus, device):
@@ -88,11 +88,11 @@ def saved_bytes(trainer: Trainer) -> int:
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     with trainer.autocast(), trainer.offload():
-        loss = trainer.models[0](tokens, labels)
+        loss = trainer.parts.models[0](tokens, labels)
         torch.cuda.synchronize()
         kept = torch.cuda.memory_allocated() - before
         loss.backward()
-    trainer.optimizers[0].zero_grad(set_to_none=True)
+    trainer.parts.optimizers[0].zero_grad(set_to_none=True)
     return kept
 
 

@@ -24,7 +24,7 @@ def main() -> None:
     with training_session(config) as trainer:
         growth = resident_peak() - before
         (Path(sys.argv[2]) / f"rank-{trainer.rank}.json").write_text(
-            json.dumps({"rank": trainer.rank, "growth": growth, "parameters": trainer.num_parameters}))
+            json.dumps({"rank": trainer.rank, "growth": growth, "parameters": trainer.parts.num_parameters}))
 
 
 if __name__ == "__main__":

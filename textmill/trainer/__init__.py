@@ -1,2 +1,3 @@
-"""Training only: settings (`config`), the GPT model, data indices and blends, optimizer, checkpoints and the
-state they hold (`training_state`), device, metrics file, the loop and its launch (`train`); `parallel/`."""
+"""Training only: settings (`train_config`), the GPT model, data indices and blends, optimizer, what a trainer is
+built of (`parts`), checkpoint files (`checkpoint`) and saving a run into them (`checkpointer`), device, metrics
+file, the loop and its launch (`train`); `parallel/`."""

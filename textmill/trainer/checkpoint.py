@@ -411,7 +411,7 @@ def checkpoint_model_config(config, vocab_size: int):
     """The GPTConfig of the newest checkpoint at --load (Megatron's --use-checkpoint-args), with this run's
     dropout, for a tokenizer of `vocab_size` tokens (the checkpoint's own: a model reads only the ids it
     was trained on), the model's vocabulary size (its rows that are tokens, which may be more), and the
-    checkpoint (read once: load_training_state takes it)."""
+    checkpoint (read once: the checkpointer takes it)."""
     from textmill.trainer.gpt_config import GPTConfig
     from textmill.trainer.train_config import check_vocabulary
 

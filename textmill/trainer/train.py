@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,26 +21,18 @@ import torch
 from tqdm import tqdm
 
 from textmill.errors import TextmillError
-from textmill.trainer.blend import parse_data_path
 from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
-from textmill.trainer.data import DataConfig, build_splits
+from textmill.trainer.checkpointer import Checkpointer, CheckpointSettings
 from textmill.trainer.device import device_peak_tflops, pick_device, require_torch
 from textmill.trainer.metrics import MetricSinks
-from textmill.trainer.model import GPT, training_flops
+from textmill.trainer.model import training_flops
 from textmill.trainer.offload import ActivationOffload
-from textmill.trainer.optim import LRSchedule, make_optimizer
-from textmill.trainer.parallel.data_parallel import apply_data_parallel, gradient_sync
+from textmill.trainer.optim import LRSchedule
+from textmill.trainer.parallel.data_parallel import gradient_sync
 from textmill.trainer.parallel.dims import distributed_session, torchrun, world_from_env
-from textmill.trainer.parallel.rng import DropoutStreams, use_dropout_streams
-from textmill.trainer.parallel.pipeline_parallel import (
-    build_schedule,
-    embedding_group,
-    split_stages,
-    sync_tied_embedding,
-)
-from textmill.trainer.parallel.tensor_parallel import apply_tensor_parallel
+from textmill.trainer.parallel.pipeline_parallel import sync_tied_embedding
+from textmill.trainer.parts import build_model_parts, training_data
 from textmill.trainer.train_config import TrainConfig, check_config, unpadded_vocab_size
-from textmill.trainer.training_state import finish_saving, load_training_state, save_training_state
 
 
 @dataclass
@@ -72,6 +62,43 @@ def checked_settings(config: TrainConfig, world: int) -> CheckedSettings:
     return CheckedSettings(vocab_size, model_vocab_size, model_config, dims, seq_len, loaded)
 
 
+def prepare_device(config: TrainConfig, device: torch.device, dtype, say) -> float | None:
+    """Set the device's matmul precision as the flags ask; its peak TFLOP/s (for MFU), or None when unknown."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("highest" if config.no_tf32 else "high")
+        if config.no_tf32 and dtype is None:
+            say("textmill train: warning: fp32 products in full fp32 (--no-tf32, no --bf16): the slowest way to train "
+                "on this GPU")
+    return device_peak_tflops(device, config.peak_tflops, dtype)
+
+
+def optimization(config: TrainConfig, device: torch.device) -> tuple[LRSchedule, torch.amp.GradScaler]:
+    """The learning-rate schedule and the loss scaler (a no-op unless --fp16)."""
+    decay = config.lr_decay_iters or config.train_iters
+    warmup = int(config.lr_warmup_fraction * decay) if config.lr_warmup_fraction is not None else config.lr_warmup_iters
+    scaler = torch.amp.GradScaler(device.type, init_scale=config.initial_loss_scale,
+                                  growth_interval=config.loss_scale_window, enabled=config.fp16)
+    return LRSchedule(config.lr, config.min_lr, warmup, decay, config.lr_decay_style), scaler
+
+
+def checkpoint_settings(config: TrainConfig, checked: CheckedSettings, rank: int) -> CheckpointSettings:
+    dims = checked.dims
+    record = {"model_config": checked.model_config.to_dict(), "args": config.to_dict(), "seq_length": checked.seq_len,
+              "vocab_size": checked.model_vocab_size, "tokenizer_vocab_size": checked.vocab_size,
+              "parallel": dims.to_dict()}
+    return CheckpointSettings(
+        save=config.save, format=config.ckpt_format or ("torch_dist" if dims.distributed or config.async_save else "torch"),
+        async_save=config.async_save, finetune=config.finetune, no_load_optim=config.no_load_optim,
+        no_load_rng=config.no_load_rng, tokenizer=(config.vocab_file, config.merge_file, config.tokenizer_model),
+        rank=rank, world=dims.world, vocab_size=checked.vocab_size, model_config=checked.model_config, record=record)
+
+
+def checkpoint_group(config: TrainConfig, dims):
+    """A background save coordinates the ranks over a group of its own, never interleaved with training's
+    collectives; None where there is no background save or one process."""
+    return torch.distributed.new_group(backend="gloo") if config.async_save and dims.distributed else None
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, mesh=None, checked: CheckedSettings | None = None):
         """`mesh`: the ("pp", "dp", "tp") mesh of the distributed session (`run` makes it); None for one process.
@@ -80,104 +107,59 @@ class Trainer:
         world, self.rank, local_rank = world_from_env()
         self.device = pick_device(config.device, local_rank)
         checked = checked or checked_settings(config, world)
-        self.vocab_size, self.model_vocab_size, loaded = checked.vocab_size, checked.model_vocab_size, checked.loaded
+        self.vocab_size, self.model_vocab_size = checked.vocab_size, checked.model_vocab_size
         self.model_config, self.dims, self.seq_len = checked.model_config, checked.dims, checked.seq_len
         if self.dims.distributed and mesh is None:
             raise TextmillError("several processes need the mesh of a distributed session (textmill train makes it)")
         self.mesh = mesh
-        self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
-        self.pp_rank = self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
-        self.ckpt_format = config.ckpt_format or ("torch_dist" if self.dims.distributed or config.async_save else "torch")
-        self.pending = None  # the checkpoint being written in the background (--async-save)
-        # Its writer coordinates the ranks over a group of its own, never interleaved with training's collectives.
-        self.checkpoint_group = torch.distributed.new_group(backend="gloo") if config.async_save and self.dims.distributed else None
-
-        prefixes, weights = parse_data_path(config.data_path)
-        weighted = len(config.data_path) == 2 * len(prefixes)
-        gb = config.global_batch_size
-        data_config = DataConfig(prefixes, weights if weighted else None, config.split, self.seq_len, config.seed, self.vocab_size)
-        # Rank 0 builds (and caches) the sample index first; the others then read the cache.
-        for building in (True, False):
-            if is_writer() == building:
-                self.train_data, self.valid_data, _ = build_splits(data_config, [config.train_iters * gb, config.eval_iters * gb, 0],
-                                                                   cache=not config.no_index_cache)
-            if self.dims.distributed:
-                torch.distributed.barrier()
-        if self.train_data is None:
-            raise TextmillError(f"--split {config.split} leaves no training documents")
-
+        self.dp_rank = mesh["dp"].get_local_rank() if mesh is not None else 0
+        self.pp_rank = mesh["pp"].get_local_rank() if mesh is not None else 0
         self.dtype = torch.bfloat16 if config.bf16 else torch.float16 if config.fp16 else None  # autocast's
-        self.build_model()
-        decay = config.lr_decay_iters or config.train_iters
-        warmup = int(config.lr_warmup_fraction * decay) if config.lr_warmup_fraction is not None else config.lr_warmup_iters
-        self.schedule = LRSchedule(config.lr, config.min_lr, warmup, decay, config.lr_decay_style)
-        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=config.initial_loss_scale,
-                                           growth_interval=config.loss_scale_window, enabled=config.fp16)
+        self.peak = prepare_device(config, self.device, self.dtype, self.say)
         self.state = TrainState()
-        if self.device.type == "cuda":
-            torch.set_float32_matmul_precision("highest" if config.no_tf32 else "high")
-            if config.no_tf32 and self.dtype is None:
-                self.say("textmill train: warning: fp32 products in full fp32 (--no-tf32, no --bf16): the slowest way "
-                         "to train on this GPU")
-        self.peak = device_peak_tflops(self.device, config.peak_tflops, self.dtype)
+
+        self.train_data, self.valid_data = training_data(config, self.seq_len, self.vocab_size, self.dims.distributed)
+        self.parts = build_model_parts(config, self.model_config, self.dims, mesh, self.device, self.dtype,
+                                       self.micro_batches_per_step(), self.seq_len, self.say)
+        self.schedule, self.scaler = optimization(config, self.device)
+        self.checkpointer = Checkpointer(checkpoint_settings(config, checked, self.rank), self.say,
+                                         checkpoint_group(config, self.dims))
         if config.load:
-            load_training_state(self, config.load, loaded)
-
-    def build_model(self) -> None:
-        """The model, cut into this rank's pipeline stages (one without pipeline parallelism), each split over
-        the tensor-parallel group and wrapped for data parallelism, with one optimizer per stage.
-
-        self.chunks: (stage index, the stage's GPT); self.models: what runs each stage (maybe wrapped);
-        self.optimizers: one per stage; self.schedule_pp: the pipeline schedule, or None."""
-        config, dims = self.config, self.dims
-        # Built on the meta device: no storage until each rank materializes the parts it holds, so a model
-        # that fits once sharded never has to fit whole. The weights are those of one process in any layout.
-        with torch.device("meta"):
-            model = GPT(self.model_config)
-        self.num_parameters = model.num_parameters()
-        model.set_recompute(config.recompute)
-        torch.manual_seed(config.seed)  # the default stream dropout draws from
-        # Dropout's streams per rank (parallel/rng.py).
-        self.streams = streams = DropoutStreams(self.device, config.seed, self.mesh["tp"].get_local_rank(),
-                                                self.pp_rank, pipeline=dims.pp > 1) if dims.tp > 1 or dims.pp > 1 else None
-        if config.compiles_on(self.device.type):
-            compile_blocks(model, self.device, self.say, dims.tp)
-        if dims.pp > 1:
-            self.chunks = split_stages(model, self.pp_rank, dims.pp, dims.virtual, self.dtype)
-        else:
-            self.chunks = [(0, model)]
-        # DDP holds no DTensors and cannot skip the gradient reduce of a pipeline's earlier micro-batches,
-        # so data parallelism combined with tensor or pipeline parallelism is FSDP2's.
-        sharded = dims.dp > 1 and (config.use_distributed_optimizer or dims.tp > 1 or dims.pp > 1)
-        self.models = []
-        for _, chunk in self.chunks:
-            if dims.tp > 1:
-                apply_tensor_parallel(chunk, self.mesh["tp"], config.sequence_parallel)
-                use_dropout_streams(chunk, streams, config.sequence_parallel)
-            if sharded:  # FSDP2 shards the meta model; materialize then allocates only this rank's shards
-                apply_data_parallel(chunk, self.mesh["dp"], True, config.overlap_grad_reduce, self.dtype)
-            chunk.materialize(self.device, config.seed)
-            if dims.dp > 1 and not sharded:  # DDP wraps a model with storage (it broadcasts rank 0's weights)
-                self.models.append(apply_data_parallel(chunk, self.mesh["dp"], False, config.overlap_grad_reduce))
-            else:
-                self.models.append(chunk)
-        self.optimizers = [make_optimizer(list(chunk.parameters()), config.lr, config.weight_decay,
-                                          (config.adam_beta1, config.adam_beta2), config.adam_eps) for _, chunk in self.chunks]
-        self.schedule_pp = None
-        self.tied_group = None
-        if dims.pp > 1:
-            self.schedule_pp = build_schedule(self.chunks, self.models, dims.pp * dims.virtual, self.mesh["pp"], self.device,
-                                              self.micro_batches_per_step(), config.micro_batch_size, self.seq_len,
-                                              dims.tp if config.sequence_parallel else 1, self.dtype)
-            if self.model_config.tie_embeddings:
-                self.tied_group = embedding_group(self.mesh)
+            self.checkpointer.load(config.load, self.parts, self, checked.loaded)
 
     def micro_batches_per_step(self) -> int:
         return self.config.global_batch_size // (self.config.micro_batch_size * self.dims.dp)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self) -> Path:
-        return save_training_state(self)
+        return self.checkpointer.save(self.state.iteration, self.parts, self)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the run besides the model's parts: its iteration and the samples consumed
+        (its data position), skipped steps, the loss scale, and this rank's random state under "rng"."""
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.parts.streams is not None:
+            rng.update(self.parts.streams.state_dict())
+        return {"iteration": self.state.iteration, "skipped_iterations": self.state.skipped,
+                "consumed_samples": self.state.iteration * self.config.global_batch_size,
+                "grad_scaler": self.scaler.state_dict(), "rng": rng}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Whatever of state_dict's entries `state` holds (a checkpoint's load leaves some out: the checkpointer)."""
+        if "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])
+        if "iteration" in state:
+            self.state.iteration = state["iteration"]
+            self.state.skipped = state.get("skipped_iterations", 0)
+        rng = state.get("rng")
+        if rng is not None:
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng:
+                torch.cuda.set_rng_state(rng["cuda"], self.device)
+            if "tensor_parallel" in rng:
+                self.parts.streams.load_state_dict(rng)
 
     def say(self, text: str) -> None:
         if is_writer():
@@ -220,32 +202,32 @@ class Trainer:
 
     def train_step(self) -> dict:
         config, it = self.config, self.state.iteration
-        for model in self.models:
+        for model in self.parts.models:
             model.train()
         first = it * config.global_batch_size
-        if self.schedule_pp is not None:
+        if self.parts.pipeline is not None:
             loss = self.pipeline_pass(self.train_data, first, train=True)
         else:
             steps = self.micro_batches_per_step()
             total = torch.zeros((), device=self.device)
             for m, (tokens, labels) in enumerate(self.micro_batches(self.train_data, first, config.global_batch_size)):
-                with gradient_sync(self.models[0], m == steps - 1), self.autocast(), self.offload():
-                    loss = self.models[0](tokens, labels) / steps
+                with gradient_sync(self.parts.models[0], m == steps - 1), self.autocast(), self.offload():
+                    loss = self.parts.models[0](tokens, labels) / steps
                     self.scaler.scale(loss).backward()
                 total += loss.detach()
             loss = self.mean_over_data_parallel(total)
-        for optimizer in self.optimizers:
+        for optimizer in self.parts.optimizers:
             self.scaler.unscale_(optimizer)
         grad_norm = self.clip_gradients()
         lr = self.schedule.lr(it)
         scale = self.scaler.get_scale()
-        for optimizer in self.optimizers:
+        for optimizer in self.parts.optimizers:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             self.scaler.step(optimizer)  # skipped by the scaler when fp16 gradients hold inf/NaN
         self.scaler.update()
         skipped = config.fp16 and self.scaler.get_scale() < scale
-        for optimizer in self.optimizers:
+        for optimizer in self.parts.optimizers:
             optimizer.zero_grad(set_to_none=True)
         self.state.iteration += 1
         self.state.skipped += int(skipped)
@@ -260,10 +242,10 @@ class Trainer:
         losses: list[torch.Tensor] = []
         inputs = (tokens,) if self.pp_rank == 0 else ()
         with self.autocast(), self.offload():
-            run = self.schedule_pp.step if train else self.schedule_pp.eval
+            run = self.parts.pipeline.step if train else self.parts.pipeline.eval
             run(*inputs, target=labels, losses=losses, labels=labels)
-        if train and self.tied_group is not None:
-            sync_tied_embedding(self.chunks, self.dims.pp * self.dims.virtual, self.tied_group)
+        if train and self.parts.tied_group is not None:
+            sync_tied_embedding(self.parts.chunks, self.dims.pp * self.dims.virtual, self.parts.tied_group)
         total = torch.stack(losses).float().mean() if losses else torch.zeros((), device=self.device)
         torch.distributed.all_reduce(total, group=self.mesh["pp"].get_group())  # only the last stage had it
         return self.mean_over_data_parallel(total)
@@ -276,7 +258,7 @@ class Trainer:
         from torch.distributed.tensor import DTensor
 
         counted, every = {}, {}
-        for s, chunk in self.chunks:
+        for s, chunk in self.parts.chunks:
             for name, p in chunk.named_parameters():
                 if p.grad is not None:
                     kind = p.device_mesh if isinstance(p, DTensor) else None
@@ -301,16 +283,16 @@ class Trainer:
         samples every time, so successive values compare)."""
         if self.valid_data is None:
             return None
-        for model in self.models:
+        for model in self.parts.models:
             model.eval()
         gb = self.config.global_batch_size
-        if self.schedule_pp is not None:
+        if self.parts.pipeline is not None:
             return torch.stack([self.pipeline_pass(self.valid_data, i * gb, train=False)
                                 for i in range(self.config.eval_iters)]).mean().item()
         total, count = torch.zeros((), device=self.device), 0
         for tokens, labels in self.micro_batches(self.valid_data, 0, self.config.eval_iters * gb):
             with self.autocast():
-                total += self.models[0](tokens, labels).float()
+                total += self.parts.models[0](tokens, labels).float()
             count += 1
         return self.mean_over_data_parallel(total / count).item()
 
@@ -325,7 +307,7 @@ class Trainer:
         vocab = f"vocab {self.vocab_size}"
         if self.model_vocab_size != self.vocab_size:  # a model with spare rows (GPT-J: 50400 for 50257 tokens)
             vocab += f" (the model's {self.model_vocab_size})"
-        self.say(f"textmill train: {self.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
+        self.say(f"textmill train: {self.parts.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
                  f"hidden {self.model_config.hidden_size}, {vocab} padded to {self.model_config.vocab_size}, "
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
@@ -367,7 +349,7 @@ class Trainer:
                     saved_at = it
                 if stop:
                     break
-            finish_saving(self)
+            self.checkpointer.finish()
         finally:
             bar.close()
             sinks.close()
@@ -387,31 +369,6 @@ class Trainer:
         if r.get("valid_loss") is not None:
             parts.append(f"validation loss {r['valid_loss']:.4E} (ppl {math.exp(min(r['valid_loss'], 50)):.2f})")
         bar.write(" | ".join(parts))
-
-
-def compile_unavailable(device: torch.device, tensor_parallel: int = 1) -> str | None:
-    """Why torch.compile cannot run here, or None: inductor builds C++ kernels on a CPU and Triton kernels
-    on a GPU; and on CPUs (gloo, torch 2.13) dynamo hands DTensor's redistribution in a tensor-parallel
-    block a plain-tensor gradient, which fails in the first backward pass (untested on GPUs here)."""
-    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
-        return "inductor needs a C compiler on a CPU and none was found"
-    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
-        return "inductor needs Triton on a GPU and it is not installed"
-    if device.type == "cpu" and tensor_parallel > 1:
-        return "tensor-parallel blocks do not compile on CPUs (their first backward pass fails in DTensor)"
-    return None
-
-
-def compile_blocks(model: GPT, device: torch.device, say, tensor_parallel: int = 1) -> None:
-    """--compile: each transformer block compiled in place (its parameter names unchanged), as torchtitan
-    does, so recomputation, DDP and FSDP2 wrap compiled blocks; where they cannot compile, one warning and
-    eager blocks."""
-    why = compile_unavailable(device, tensor_parallel)
-    if why:
-        say(f"textmill train: warning: --compile: {why}; training without compilation")
-        return
-    for block in model.blocks.values():
-        block.compile()
 
 
 @contextlib.contextmanager

@@ -193,7 +193,7 @@ def test_offloaded_activations_give_the_same_losses_and_weights(corpus):
                                            cpu_offload_activations=offload))
             result = trainer.train()
             runs.append(([r["lm_loss"] for r in result["log"] if "lm_loss" in r],
-                         {k: v.clone() for k, v in trainer.models[0].state_dict().items()}))
+                         {k: v.clone() for k, v in trainer.parts.models[0].state_dict().items()}))
         (plain_losses, plain_weights), (offloaded_losses, offloaded_weights) = runs
         assert plain_losses == offloaded_losses and len(plain_losses) == 4
         assert all(torch.equal(plain_weights[k], offloaded_weights[k]) for k in plain_weights)

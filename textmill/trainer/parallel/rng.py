@@ -46,6 +46,14 @@ class DropoutStreams:
         generator.manual_seed(seed + STAGE_STRIDE * pp_rank + TENSOR_PARALLEL_OFFSET + tp_rank)
         self.state = generator.get_state()
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the streams: the tensor-parallel stream's state (the default stream is the
+        trainer's to keep)."""
+        return {"tensor_parallel": self.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state["tensor_parallel"]
+
     @contextlib.contextmanager
     def tensor_parallel(self) -> Iterator[None]:
         """Draw from the tensor-parallel stream inside the block; the default stream is left as it was."""
