@@ -2,21 +2,12 @@
 
 Export writes what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` read:
 config.json, model.safetensors (fp32) and the tokenizer's files (vocab.json, merges.txt,
-tokenizer_config.json and special_tokens_map.json for GPT-2 BPE; a Hugging Face tokenizer's own). A
-GPT-2 model becomes `GPT2LMHeadModel`, a LLaMA-style one (RoPE, RMSNorm, SwiGLU, no biases)
-`LlamaForCausalLM`, a GPT-NeoX one (partial RoPE, LayerNorm, GELU, biases, untied output, parallel residual
-or not) `GPTNeoXForCausalLM`, a GPT-J one (partial interleaved RoPE, one LayerNorm per block, tanh GELU, parallel
-residual, no attention biases, untied output with a bias) `GPTJForCausalLM`; other mixtures have no Hugging
-Face class and are refused.
-
-The one real transformation is attention's fused projection. textmill (like Megatron since checkpoint
-version 2.0) groups its rows per query group, [groups, (queries, k, v), head_dim] ([heads, (q, k, v),
-head_dim] without grouped-query attention); GPT-2 wants [Q all heads; K all heads; V all heads], stored
-transposed because its `Conv1D` keeps [in, out]; LLaMA and GPT-J want three separate matrices, K and V with
-num_key_value_heads heads (docs/REFERENCE.md section 7.3). LLaMA 3.1's rope scaling (rope_type "llama3")
-comes in and goes out with its four numbers. A folder with a tokenizer.json brings it along as it is (the
-model's own tokenizer, kept in the checkpoint's tokenizer/), else GPT-2's vocab.json and merges.txt. The embedding keeps only the real
-vocabulary's rows on export and gets Megatron's padding back, as zero rows, on import.
+tokenizer_config.json and special_tokens_map.json for GPT-2 BPE; a Hugging Face tokenizer's own). The model's
+family (interop/families.py: GPT-2, LLaMA, Mistral, Qwen2, GPT-NeoX, GPT-J) names its class, its config and its
+tensors; a model no family holds is refused. A folder with a tokenizer.json brings it along as it is (the
+model's own tokenizer, kept in the checkpoint's tokenizer/), else GPT-2's vocab.json and merges.txt. The
+embedding keeps only the real vocabulary's rows on export and gets Megatron's padding back, as zero rows, on
+import.
 """
 
 from __future__ import annotations
@@ -30,78 +21,10 @@ import torch
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_folder
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
-from textmill.interop.families import FAMILIES
+from textmill.interop.families import FAMILIES, Family, hf_family
 from textmill.interop.release import checked_model, save_release
 from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 from textmill.trainer.gpt_config import GPTConfig
-
-GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
-# Hugging Face names of the tanh-approximated GELU (the same function up to rounding).
-HF_TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
-
-
-def hf_family(model_config: GPTConfig) -> str:
-    c = model_config
-    # What only GPT-J's blocks do, and what GPT-NeoX's add to a plain block.
-    gptj_only = (c.rotary_interleaved, c.shared_input_norm, c.output_bias, c.attention_bias != c.bias)
-    plain = not c.parallel_residual and c.rotary_percent == 1 and not any(gptj_only)
-    gpt2 = (c.position_embedding, c.normalization, c.activation in GPT2_ACTIVATIONS, c.bias, c.kv_heads == c.num_attention_heads)
-    if gpt2 == ("learned", "layernorm", True, True, True) and plain:
-        return "gpt2"
-    if (c.position_embedding, c.normalization, c.activation, c.bias) == ("rope", "rmsnorm", "swiglu", False) and plain:
-        return "llama"
-    rope_layernorm = (c.position_embedding, c.normalization, c.bias, c.tie_embeddings, c.kv_heads == c.num_attention_heads,
-                      c.rope_scaling) == ("rope", "layernorm", True, False, True, "none")
-    if rope_layernorm and c.activation == "gelu" and not any(gptj_only):
-        return "gpt_neox"
-    if rope_layernorm and c.activation == "gelu_tanh" and all(gptj_only) and c.parallel_residual and c.rope_theta == 10000:
-        return "gptj"
-    raise TextmillError(
-        f"no Hugging Face class has this block (positions {c.position_embedding}, norm {c.normalization}, activation "
-        f"{c.activation}, bias {c.bias}, parallel residual {c.parallel_residual}); export needs GPT-2's (learned, "
-        "layernorm, gelu, biases), LLaMA's (rope, rmsnorm, swiglu, no biases), GPT-NeoX's (rope, layernorm, gelu, "
-        "biases, untied) or GPT-J's (interleaved rope with base 10000, one layernorm, tanh gelu, parallel residual, "
-        "no attention biases, a biased untied output layer)"
-    )
-
-
-def split_qkv(w: torch.Tensor, model_config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows grouped per query group, [groups, (queries, k, v), head_dim, ...] -> Q [heads * head_dim, ...],
-    K and V [groups * head_dim, ...] (every head its own group without grouped-query attention)."""
-    groups, queries = model_config.kv_heads, model_config.num_attention_heads // model_config.kv_heads
-    grouped = w.reshape(groups, queries + 2, model_config.head_dim, *w.shape[1:])
-    return (grouped[:, :queries].reshape(-1, *w.shape[1:]), grouped[:, queries].reshape(-1, *w.shape[1:]),
-            grouped[:, queries + 1].reshape(-1, *w.shape[1:]))
-
-
-def join_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_config: GPTConfig) -> torch.Tensor:
-    """Inverse of split_qkv."""
-    groups, head_dim = model_config.kv_heads, model_config.head_dim
-    parts = [q.reshape(groups, -1, head_dim, *q.shape[1:]), k.reshape(groups, 1, head_dim, *k.shape[1:]),
-             v.reshape(groups, 1, head_dim, *v.shape[1:])]
-    return torch.cat(parts, dim=1).reshape(-1, *q.shape[1:])
-
-
-def qkv_to_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
-    """One block's fused projection (our names, without the block prefix) in Hugging Face's form."""
-    if family == "gpt_neox":
-        return {}  # renamed with the other layers
-    if family == "gpt2":
-        return {"attn.c_attn.weight": torch.cat(split_qkv(layer["attn.qkv.weight"], model_config)).t(),
-                "attn.c_attn.bias": torch.cat(split_qkv(layer["attn.qkv.bias"], model_config))}
-    names = FAMILIES[family].hf_qkv
-    return dict(zip((names.format(p) for p in "qkv"), split_qkv(layer["attn.qkv.weight"], model_config)))
-
-
-def qkv_from_hf(family: str, layer: dict, model_config: GPTConfig) -> dict:
-    """Inverse of qkv_to_hf."""
-    if family == "gpt_neox":
-        return {}
-    if family == "gpt2":
-        return {"attn.qkv.weight": join_qkv(*layer["attn.c_attn.weight"].t().chunk(3), model_config),
-                "attn.qkv.bias": join_qkv(*layer["attn.c_attn.bias"].chunk(3), model_config)}
-    names = FAMILIES[family].hf_qkv
-    return {"attn.qkv.weight": join_qkv(*(layer[names.format(p)] for p in "qkv"), model_config)}
 
 
 def block(state: dict, prefix: str) -> dict:
@@ -109,62 +32,25 @@ def block(state: dict, prefix: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- export
-def to_hf_state(family: str, ours: dict, model_config: GPTConfig, vocab: int) -> dict:
-    names = FAMILIES[family]
-    hf = {names.hf_embedding: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in names.hf_globals}}
+def to_hf_state(family: Family, ours: dict, model_config: GPTConfig, vocab: int) -> dict:
+    hf = {family.hf_embedding: ours["wte.weight"][:vocab], **{theirs: ours[o] for o, theirs in family.hf_globals}}
     for i in range(model_config.num_layers):
-        o, h = f"blocks.{i}.", names.hf_layer.format(i)
-        for a, b, transposed in names.hf_layers:
+        o, h = f"blocks.{i}.", family.hf_layer.format(i)
+        for a, b, transposed in family.hf_layers:
             hf[h + b] = ours[o + a].t() if transposed else ours[o + a]
-        hf.update({h + k: v for k, v in qkv_to_hf(family, block(ours, o), model_config).items()})
+        hf.update({h + k: v for k, v in family.qkv_to_hf(block(ours, o), model_config).items()})
     if not model_config.tie_embeddings:
-        hf[names.hf_output] = ours["lm_head.weight"][:vocab]
+        hf[family.hf_output] = ours["lm_head.weight"][:vocab]
     if model_config.output_bias:
         hf["lm_head.bias"] = ours["lm_head.bias"][:vocab]
     return hf
 
 
-def hf_rope(model_config: GPTConfig) -> dict:
-    """LLaMA's rope parameters as transformers names them."""
-    if model_config.rope_scaling == "none":
-        return {"rope_type": "default", "rope_theta": model_config.rope_theta}
-    return {"rope_type": "llama3", "rope_theta": model_config.rope_theta, "factor": model_config.rope_scaling_factor,
-            "low_freq_factor": model_config.rope_low_freq_factor, "high_freq_factor": model_config.rope_high_freq_factor,
-            "original_max_position_embeddings": model_config.rope_original_max_positions}
-
-
-def hf_config(model_config: GPTConfig, family: str, vocab: int, eod: int, bos: int | None = None) -> dict:
-    common = {"vocab_size": vocab, "bos_token_id": eod if bos is None else bos, "eos_token_id": eod, "tie_word_embeddings": model_config.tie_embeddings,
-              "initializer_range": model_config.init_std, "torch_dtype": "float32", "dtype": "float32"}
-    if family == "gpt2":
-        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": model_config.max_position_embeddings,
-                "n_embd": model_config.hidden_size, "n_layer": model_config.num_layers, "n_head": model_config.num_attention_heads,
-                "n_inner": model_config.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[model_config.activation],
-                "layer_norm_epsilon": model_config.norm_epsilon, "resid_pdrop": model_config.hidden_dropout, "embd_pdrop": model_config.hidden_dropout,
-                "attn_pdrop": model_config.attention_dropout, "scale_attn_weights": True, **common}
-    if family == "gpt_neox":
-        return {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "hidden_size": model_config.hidden_size,
-                "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
-                "num_attention_heads": model_config.num_attention_heads, "hidden_act": "gelu",
-                "max_position_embeddings": model_config.max_position_embeddings, "layer_norm_eps": model_config.norm_epsilon,
-                "use_parallel_residual": model_config.parallel_residual, "attention_bias": True,
-                "rotary_pct": model_config.rotary_percent, "rotary_emb_base": model_config.rope_theta,
-                "rope_parameters": {"rope_type": "default", "rope_theta": model_config.rope_theta,
-                                    "partial_rotary_factor": model_config.rotary_percent},
-                "hidden_dropout": model_config.hidden_dropout, "attention_dropout": model_config.attention_dropout, **common}
-    if family == "gptj":
-        return {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "n_positions": model_config.max_position_embeddings,
-                "n_embd": model_config.hidden_size, "n_layer": model_config.num_layers, "n_head": model_config.num_attention_heads,
-                "n_inner": model_config.ffn_hidden_size, "rotary_dim": model_config.rotary_dim, "activation_function": "gelu_new",
-                "layer_norm_epsilon": model_config.norm_epsilon, "resid_pdrop": model_config.hidden_dropout,
-                "embd_pdrop": model_config.hidden_dropout, "attn_pdrop": model_config.attention_dropout, **common}
-    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": model_config.hidden_size,
-            "intermediate_size": model_config.ffn_hidden_size, "num_hidden_layers": model_config.num_layers,
-            "num_attention_heads": model_config.num_attention_heads, "num_key_value_heads": model_config.kv_heads,
-            "head_dim": model_config.head_dim, "hidden_act": "silu", "max_position_embeddings": model_config.max_position_embeddings,
-            "rms_norm_eps": model_config.norm_epsilon, "rope_theta": model_config.rope_theta,
-            "rope_parameters": hf_rope(model_config), "rope_scaling": hf_rope(model_config),
-            "attention_bias": False, "mlp_bias": False, "attention_dropout": model_config.attention_dropout, **common}
+def hf_config(model_config: GPTConfig, family: Family, vocab: int, eod: int, bos: int | None = None) -> dict:
+    return {"model_type": family.model_type, "architectures": [family.hf_class], **family.hf_settings(model_config),
+            "vocab_size": vocab, "bos_token_id": eod if bos is None else bos, "eos_token_id": eod,
+            "tie_word_embeddings": model_config.tie_embeddings, "initializer_range": model_config.init_std,
+            "torch_dtype": "float32", "dtype": "float32"}
 
 
 def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
@@ -200,7 +86,7 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
         config = hf_config(model_config, family, vocab, tokenizer.eod, getattr(tokenizer, "bos", None))
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tokenizer, model_config.max_position_embeddings, tmp)
-    return {"family": family, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": vocab,
+    return {"family": family.model_type, "parameters": sum(t.numel() for t in tensors.values()), "vocab_size": vocab,
             "iteration": "release" if ckpt.release else ckpt.meta["iteration"], "output": str(output)}
 
 
@@ -241,99 +127,25 @@ def read_hf_weights(folder: Path) -> dict:
 
 def config_from_hf(hf: dict, padded_vocab: int) -> GPTConfig:
     kind = hf.get("model_type")
-    if kind == "gpt2":
-        act = hf.get("activation_function", "gelu_new")
-        if act not in ("gelu", *HF_TANH_GELUS):
-            raise TextmillError(f"GPT-2 activation {act!r} is not supported (gelu or a tanh GELU)")
-        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-            if hf.get(flag):
-                raise TextmillError(f"GPT-2 option {flag} is not supported")
-        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["n_layer"], hidden_size=hf["n_embd"],
-                         num_attention_heads=hf["n_head"], max_position_embeddings=hf["n_positions"],
-                         ffn_hidden_size=hf.get("n_inner"), activation="gelu" if act == "gelu" else "gelu_tanh",
-                         norm_epsilon=hf.get("layer_norm_epsilon", 1e-5), tie_embeddings=hf.get("tie_word_embeddings", True),
-                         hidden_dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
-                         init_std=hf.get("initializer_range", 0.02))
-    if kind == "llama":
-        heads = hf["num_attention_heads"]
-        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        problems = [f"head_dim {hf['head_dim']} != hidden / heads" if hf.get("head_dim", hf["hidden_size"] // heads) * heads != hf["hidden_size"] else "",
-                    f"rope type {rope_type!r} (default or llama3)" if rope_type not in ("default", "llama3") else "",
-                    "attention or MLP biases" if hf.get("attention_bias") or hf.get("mlp_bias") else "",
-                    f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "silu") != "silu" else ""]
-        problems = [p for p in problems if p]
-        if problems:
-            raise TextmillError("this LLaMA model uses what textmill's blocks do not have: " + "; ".join(problems))
-        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
-                         num_attention_heads=heads, max_position_embeddings=hf["max_position_embeddings"],
-                         ffn_hidden_size=hf["intermediate_size"], position_embedding="rope", normalization="rmsnorm",
-                         activation="swiglu", bias=False, norm_epsilon=hf.get("rms_norm_eps", 1e-6),
-                         rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
-                         num_query_groups=hf.get("num_key_value_heads", heads),
-                         **({} if rope_type == "default" else dict(
-                             rope_scaling="llama3", rope_scaling_factor=rope["factor"],
-                             rope_low_freq_factor=rope["low_freq_factor"], rope_high_freq_factor=rope["high_freq_factor"],
-                             rope_original_max_positions=rope["original_max_position_embeddings"])),
-                         tie_embeddings=hf.get("tie_word_embeddings", False), hidden_dropout=0.0,
-                         attention_dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02))
-    if kind == "gpt_neox":
-        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-        problems = [f"rope type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
-                    f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "gelu") != "gelu" else "",
-                    "no attention biases" if not hf.get("attention_bias", True) else "",
-                    "tied input and output embeddings" if hf.get("tie_word_embeddings") else ""]
-        problems = [p for p in problems if p]
-        if problems:
-            raise TextmillError("this GPT-NeoX model uses what textmill's blocks do not have: " + "; ".join(problems))
-        return GPTConfig(vocab_size=padded_vocab, num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
-                         num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
-                         ffn_hidden_size=hf["intermediate_size"], position_embedding="rope", normalization="layernorm",
-                         activation="gelu", bias=True, tie_embeddings=False, norm_epsilon=hf.get("layer_norm_eps", 1e-5),
-                         rope_theta=rope.get("rope_theta", hf.get("rotary_emb_base", 10000.0)),
-                         rotary_percent=rope.get("partial_rotary_factor", hf.get("rotary_pct", 1.0)),
-                         parallel_residual=hf.get("use_parallel_residual", True),
-                         hidden_dropout=hf.get("hidden_dropout", 0.0), attention_dropout=hf.get("attention_dropout", 0.0),
-                         init_std=hf.get("initializer_range", 0.02))
-    if kind == "gptj":
-        heads, hidden = hf["n_head"], hf["n_embd"]
-        rotary_dim = hf.get("rotary_dim")
-        act = hf.get("activation_function", "gelu_new")
-        problems = [f"activation {act!r} (a tanh GELU)" if act not in HF_TANH_GELUS else "",
-                    "tied input and output embeddings" if hf.get("tie_word_embeddings") else "",
-                    f"rotary_dim {rotary_dim!r} (an even number of dimensions up to the head's {hidden // heads})"
-                    if not isinstance(rotary_dim, int) or rotary_dim % 2 or not 0 < rotary_dim <= hidden // heads else ""]
-        problems = [p for p in problems if p]
-        if problems:
-            raise TextmillError("this GPT-J model uses what textmill's blocks do not have: " + "; ".join(problems))
-        config = GPTConfig(vocab_size=padded_vocab, num_layers=hf["n_layer"], hidden_size=hidden, num_attention_heads=heads,
-                           max_position_embeddings=hf["n_positions"], ffn_hidden_size=hf.get("n_inner"),
-                           position_embedding="rope", rotary_percent=rotary_dim / (hidden // heads), rotary_interleaved=True,
-                           normalization="layernorm", activation="gelu_tanh", bias=True, attention_bias=False,
-                           parallel_residual=True, shared_input_norm=True, tie_embeddings=False, output_bias=True,
-                           norm_epsilon=hf.get("layer_norm_epsilon", 1e-5), hidden_dropout=hf.get("resid_pdrop", 0.0),
-                           attention_dropout=hf.get("attn_pdrop", 0.0), init_std=hf.get("initializer_range", 0.02))
-        if config.rotary_dim != rotary_dim:  # the share must give back the same count of dimensions
-            raise TextmillError(f"GPT-J rotary_dim {rotary_dim} cannot be expressed as a share of the head's {hidden // heads}")
-        return config
-    raise TextmillError(f"model_type {kind!r} cannot be imported (gpt2, llama, gpt_neox or gptj)")
+    if kind not in FAMILIES:
+        raise TextmillError(f"model_type {kind!r} cannot be imported ({', '.join(FAMILIES)})")
+    return FAMILIES[kind].config_from_hf(hf, padded_vocab)
 
 
 def padded_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([w, w.new_zeros(rows - w.shape[0], *w.shape[1:])])
 
 
-def from_hf_state(family: str, hf: dict, model_config: GPTConfig) -> dict:
-    names = FAMILIES[family]
-    ours = {"wte.weight": padded_rows(hf[names.hf_embedding], model_config.vocab_size),
-            **{o: hf[theirs] for o, theirs in names.hf_globals}}
+def from_hf_state(family: Family, hf: dict, model_config: GPTConfig) -> dict:
+    ours = {"wte.weight": padded_rows(hf[family.hf_embedding], model_config.vocab_size),
+            **{o: hf[theirs] for o, theirs in family.hf_globals}}
     for i in range(model_config.num_layers):
-        o, h = f"blocks.{i}.", names.hf_layer.format(i)
-        for a, b, transposed in names.hf_layers:
+        o, h = f"blocks.{i}.", family.hf_layer.format(i)
+        for a, b, transposed in family.hf_layers:
             ours[o + a] = hf[h + b].t() if transposed else hf[h + b]
-        ours.update({o + k: v for k, v in qkv_from_hf(family, block(hf, h), model_config).items()})
+        ours.update({o + k: v for k, v in family.qkv_from_hf(block(hf, h), model_config).items()})
     if not model_config.tie_embeddings:
-        ours["lm_head.weight"] = padded_rows(hf[names.hf_output], model_config.vocab_size)
+        ours["lm_head.weight"] = padded_rows(hf[family.hf_output], model_config.vocab_size)
     if model_config.output_bias:  # padding rows get a zero bias, as they get zero weights
         ours["lm_head.bias"] = padded_rows(hf["lm_head.bias"], model_config.vocab_size)
     return ours
@@ -366,7 +178,7 @@ def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None
     if model_config.tie_embeddings:
         weights.pop("lm_head.weight", None)
     try:
-        ours = from_hf_state(hf["model_type"], weights, model_config)
+        ours = from_hf_state(FAMILIES[hf["model_type"]], weights, model_config)
     except KeyError as exc:
         raise TextmillError(f"{folder}: weights do not match config.json (KeyError: {str(exc)[:300]})") from None
     model = checked_model(model_config, ours, folder)

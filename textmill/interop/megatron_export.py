@@ -162,7 +162,7 @@ def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1, names: s
                             "--ckpt-format torch")
     model, ckpt = load_model(load)
     config = model.config
-    if hf_family(config) != "gpt2" or not config.tie_embeddings or config.activation not in ("gelu", "gelu_tanh"):
+    if hf_family(config).model_type != "gpt2" or not config.tie_embeddings or config.activation not in ("gelu", "gelu_tanh"):
         raise TextmillError("export megatron writes GPT-2 blocks (learned positions, LayerNorm, GELU, biases, tied "
                             "embeddings); this model has others")
     if config.num_attention_heads % tp or config.ffn_hidden_size % tp or config.num_layers % pp:

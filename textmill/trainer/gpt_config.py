@@ -48,10 +48,14 @@ class GPTConfig:
     parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)), one residual add (GPT-NeoX, GPT-J)
     shared_input_norm: bool = False  # parallel residual with one norm: x + attn(norm1(x)) + mlp(norm1(x)) (GPT-J)
     attention_bias: bool | None = None  # biases in the QKV and output projections (None: as `bias`; GPT-J: none)
+    qkv_bias: bool | None = None  # a bias on the QKV projection (None: as `attention_bias`; Qwen2: one there only)
     output_bias: bool = False  # a bias on the untied output layer (GPT-J)
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     init_std: float = 0.02
+    # The Hugging Face model_type the model was imported as: its export names that class again while the shape
+    # fits (a Mistral without a sliding window is a LLaMA in shape). Not part of the function.
+    family: str | None = None
 
     def __post_init__(self):
         # A config also comes from files (checkpoints, Hugging Face config.json): check it before any tensor.
@@ -66,6 +70,8 @@ class GPTConfig:
                                 f"{self.num_attention_heads} attention heads")
         if self.attention_bias is None:
             self.attention_bias = self.bias
+        if self.qkv_bias is None:
+            self.qkv_bias = self.attention_bias
         if self.shared_input_norm and not self.parallel_residual:
             raise TextmillError("model config: a shared input norm needs the parallel residual (--use-parallel-residual)")
         if self.output_bias and self.tie_embeddings:
@@ -106,4 +112,4 @@ class GPTConfig:
         """The fields that decide the shapes and the math of the trained function (not dropout or init),
         i.e. what a checkpoint's weights must agree with."""
         return {k: v for k, v in asdict(self).items()
-                if k not in ("hidden_dropout", "attention_dropout", "init_std")}
+                if k not in ("hidden_dropout", "attention_dropout", "init_std", "family")}

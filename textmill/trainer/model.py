@@ -95,7 +95,7 @@ class Attention(nn.Module):
         super().__init__()
         self.config = config
         self.qkv = nn.Linear(config.hidden_size, (config.num_attention_heads + 2 * config.kv_heads) * config.head_dim,
-                             bias=config.attention_bias)
+                             bias=config.qkv_bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         # Query heads per key/value head in what qkv returns (fewer when tensor parallelism splits a group).
         self.queries_per_group = config.num_attention_heads // config.kv_heads

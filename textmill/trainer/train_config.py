@@ -69,6 +69,8 @@ class TrainConfig(Settings):
     disable_bias_linear: bool = setting(False, "no biases in linear layers and norms (LLaMA)", group=MODEL)
     disable_attention_bias: bool = setting(False, "no biases in attention's projections; the MLP and norms keep "
                                            "theirs (GPT-J)", group=MODEL)
+    add_qkv_bias: bool = setting(False, "a bias on the query, key and value projection even where the others have "
+                                 "none (Qwen2, with --disable-bias-linear)", group=MODEL)
     output_layer_bias: bool = setting(False, "a bias on the untied output layer (GPT-J; needs "
                                       "--untie-embeddings-and-output-weights)", group=MODEL)
     hidden_dropout: float = setting(0.1, "dropout on embeddings and residual branches", least=0, most=1, group=MODEL)
@@ -326,6 +328,7 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         tie_embeddings=not config.untie_embeddings_and_output_weights,
         bias=not config.disable_bias_linear,
         attention_bias=not (config.disable_bias_linear or config.disable_attention_bias),
+        qkv_bias=True if config.add_qkv_bias else None,
         output_bias=config.output_layer_bias,
         hidden_dropout=config.hidden_dropout,
         attention_dropout=config.attention_dropout,

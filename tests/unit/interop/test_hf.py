@@ -77,32 +77,88 @@ def test_import_hf_llama_with_grouped_query_attention_keeps_its_function_and_rou
         assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("parallel_residual", [True, False], ids=["parallel-residual", "sequential"])
-def test_import_hf_gpt_neox_keeps_its_function_and_round_trips(tmp_path, parallel_residual):
-    """GPT-NeoX's blocks: rotary embeddings on a quarter of each head (rotate-half), attention and MLP from
-    one input with one residual add (use_parallel_residual), biases, an untied output layer."""
+SMALL_LLAMA = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                   intermediate_size=128, max_position_embeddings=128)
+# One row a family: transformers' config class and a small shape of it. GPT-2, LLaMA and GPT-J have tests of
+# their own below as well (the real GPT-2 vocabulary, query groups and rope scaling, padded embedding rows).
+FAMILY_ROWS = {
+    "gpt2": ("GPT2Config", dict(n_layer=2, n_embd=64, n_head=4, n_positions=128)),
+    "llama": ("LlamaConfig", SMALL_LLAMA),
+    "mistral": ("MistralConfig", dict(SMALL_LLAMA, sliding_window=None)),
+    "qwen2": ("Qwen2Config", dict(SMALL_LLAMA, tie_word_embeddings=True)),
+    "gpt_neox-parallel-residual": ("GPTNeoXConfig", dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                                         intermediate_size=256, max_position_embeddings=128,
+                                                         rotary_pct=0.25, use_parallel_residual=True)),
+    "gpt_neox-sequential": ("GPTNeoXConfig", dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                                  intermediate_size=256, max_position_embeddings=128, rotary_pct=0.25,
+                                                  use_parallel_residual=False)),
+    "gptj": ("GPTJConfig", dict(n_embd=64, n_head=4, n_layer=2, n_positions=128, rotary_dim=4)),
+}
+
+
+def write_hf_model(folder, config_class: str, **config):
+    """A randomly initialised transformers model with a small tokenizer of its own; biases and norms drawn too
+    (transformers starts them at 0 and 1, which would leave a bias's conversion untested)."""
+    tokenizer = llama_style_tokenizer(folder, TEXTS)
+    torch.manual_seed(0)
+    hf_config = getattr(transformers, config_class)(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                                                    eos_token_id=tokenizer.eos_token_id, **config)
+    hf_model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    hf_model.save_pretrained(folder)
+    return hf_model, len(tokenizer)
+
+
+@pytest.mark.parametrize("row", FAMILY_ROWS)
+def test_each_family_imports_with_transformers_logits_and_exports_tensor_for_tensor(tmp_path, row):
     from safetensors.torch import load_file
 
-    tokenizer = llama_style_tokenizer(tmp_path / "hf", TEXTS)
-    torch.manual_seed(0)
-    hf_model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
-        hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=256, vocab_size=len(tokenizer),
-        max_position_embeddings=128, rotary_pct=0.25, use_parallel_residual=parallel_residual,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)).eval()
-    hf_model.save_pretrained(tmp_path / "hf")
-    import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    config_class, config = FAMILY_ROWS[row]
+    hf_model, vocab = write_hf_model(tmp_path / "hf", config_class, **config)
+    family = hf_model.config.model_type
+    assert import_hf(tmp_path / "hf", tmp_path / "ckpt")["family"] == family
     ours, _ = load_model(tmp_path / "ckpt")
-    assert (ours.config.rotary_dim, ours.config.parallel_residual) == (4, parallel_residual)
-    tokens = torch.randint(0, len(tokenizer), (2, 100), generator=torch.Generator().manual_seed(2))
+    tokens = torch.randint(0, vocab, (2, 100), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        assert (hf_model(tokens).logits - ours(tokens)[..., :len(tokenizer)]).abs().max().item() < 1e-4
+        assert (hf_model(tokens).logits - ours(tokens)[..., :vocab]).abs().max().item() < 1e-4
 
-    assert export_hf(tmp_path / "ckpt", tmp_path / "back")["family"] == "gpt_neox"
+    assert export_hf(tmp_path / "ckpt", tmp_path / "back")["family"] == family
     original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
-    assert sorted(back) == sorted(original) and all(torch.equal(original[k], back[k]) for k in back)
+    assert sorted(back) == sorted(k for k in original if not k.endswith(".attn.bias"))
+    assert all(torch.equal(original[k], back[k]) for k in back)
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    assert type(again) is type(hf_model)
     with torch.no_grad():
         assert (again(tokens).logits - hf_model(tokens).logits).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("config_class, config, refused", [
+    ("MistralConfig", dict(SMALL_LLAMA, sliding_window=32), "sliding-window attention (32 of 128 positions)"),
+    ("Qwen2Config", dict(SMALL_LLAMA, use_sliding_window=True, sliding_window=32), "sliding-window attention"),
+])
+def test_a_sliding_window_shorter_than_the_context_is_refused_in_one_line(tmp_path, config_class, config, refused):
+    from textmill.errors import TextmillError
+
+    write_hf_model(tmp_path / "hf", config_class, **config)
+    with pytest.raises(TextmillError) as error:
+        import_hf(tmp_path / "hf", tmp_path / "ckpt")
+    assert str(error.value).endswith(f"model uses what textmill's blocks do not have: {refused}")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_trained_model_with_a_qkv_bias_exports_as_qwen2(tmp_path):
+    """Shape decides the family where no import recorded one: LLaMA's block with a bias on QKV only is Qwen2's."""
+    from textmill.interop.families import hf_family
+    from textmill.trainer.gpt_config import GPTConfig
+
+    llama = dict(vocab_size=128, position_embedding="rope", normalization="rmsnorm", activation="swiglu", bias=False)
+    assert hf_family(GPTConfig(**llama)).model_type == "llama"
+    assert hf_family(GPTConfig(**llama, qkv_bias=True)).model_type == "qwen2"
+    assert hf_family(GPTConfig(**llama, family="mistral")).model_type == "mistral"
+    assert hf_family(GPTConfig(**llama, qkv_bias=True, family="mistral")).model_type == "qwen2"  # no longer Mistral's shape
 
 
 def test_import_hf_gptj_keeps_its_function_and_round_trips(tmp_path):

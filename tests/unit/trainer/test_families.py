@@ -62,3 +62,12 @@ def test_megatron_style_flags_for_gptj_blocks():
         model_config(train_flags(*base, "--shared-input-norm"), 100)
     with pytest.raises(TextmillError, match="an output layer bias needs an untied output layer"):
         model_config(train_flags(*base, "--output-layer-bias"), 100)
+
+
+def test_megatron_style_flags_for_qwen2_blocks():
+    """--add-qkv-bias: a bias on the QKV projection alone, the other linear layers without (Qwen2's block)."""
+    config = train_flags("--data-path", "x", "--vocab-size", "100", "--train-iters", "1", "--position-embedding-type",
+                         "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--add-qkv-bias")
+    gpt = GPT(model_config(config, 100))
+    attention = gpt.blocks["0"].attn
+    assert attention.qkv.bias is not None and attention.proj.bias is None and gpt.blocks["0"].mlp.fc1.bias is None
