@@ -47,7 +47,7 @@ def main() -> None:
         started = time.perf_counter()
         theirs = megatron_style(build_sample_idx, sizes, documents, args.seq_length, num_samples, 1234)
         rows.append(("Megatron-style (numpy shuffles + megatron-core C++ sample index)", time.perf_counter() - started))
-        same = all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+        same = all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
     except ImportError:
         same = "not checked (megatron-core not installed)"
     print(f"Run {date.today()} on {platform.machine()}, Python {platform.python_version()}: {int(sizes.sum()):,} tokens in "

@@ -46,7 +46,7 @@ def make_checkpoint(root: Path, preset: str) -> tuple[GPT, GPT2Tokenizer]:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=padded_vocab_size(tokenizer.vocab_size), **PRESETS[preset])).eval()
     (root / "tokenizer").mkdir(parents=True)
-    for src, name in zip(tokenizer.files, ("vocab.json", "merges.txt")):
+    for src, name in zip(tokenizer.files, ("vocab.json", "merges.txt"), strict=True):
         (root / "tokenizer" / name).write_bytes(src.read_bytes())
     save_checkpoint(root, "release", {"model_config": model.config.to_dict(), "vocab_size": tokenizer.vocab_size},
                     {"model": model.state_dict()})

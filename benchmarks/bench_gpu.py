@@ -172,7 +172,8 @@ def main() -> None:
                   f"{r['tokens'] / s:,.0f} | {mfu} | {memory} | {r['seconds']['transformers'] / s:.2f}x |", flush=True)
         shares[label] = r["breakdown"]
         if peak and label in TARGET_MFU:
-            mfu, speed = r["flops"] / r["seconds"]["textmill"] / 1e12 / peak, r["seconds"]["transformers"] / r["seconds"]["textmill"]
+            seconds = r["seconds"]
+            mfu, speed = r["flops"] / seconds["textmill"] / 1e12 / peak, seconds["transformers"] / seconds["textmill"]
             verdicts.append(f"- {label}: MFU {mfu:.1%} against the target {TARGET_MFU[label]:.0%}: "
                             f"{'met' if mfu >= TARGET_MFU[label] else 'NOT met'}; tokens/s {speed:.2f}x transformers': "
                             f"{'met' if speed >= 1 else 'NOT met'}")

@@ -64,7 +64,7 @@ def main() -> None:
             started = time.perf_counter()
             answers[detector] = [detect_language(t, cfg) == "en" for t in texts]
             seconds[detector] = time.perf_counter() - started
-        agree = sum(a == b for a, b in zip(answers["langdetect"], answers["fasttext"]))
+        agree = sum(a == b for a, b in zip(answers["langdetect"], answers["fasttext"], strict=True))
         totals["count"] += len(texts)
         totals["agree"] += agree
         for detector in seconds:

@@ -52,7 +52,7 @@ def main() -> None:
     times = {True: [], False: []}
     for _ in range(args.repeats):
         for way in (True, False):
-            times[way].append(timed(lambda: loss(way), device))
+            times[way].append(timed(lambda way=way: loss(way), device))
     before, now = statistics.median(times[True]), statistics.median(times[False])
     print(f"Run {date.today()} on {platform.machine()} ({platform.processor() or 'unknown CPU'}), "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}, device {device}")

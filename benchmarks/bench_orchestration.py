@@ -222,8 +222,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}\n")
     counting, s3 = s3_server()
-    print("| units | tasks | tasks scheduled | workers | S3 requests before the first task | per task | seconds | status: requests "
-          "| status: seconds | add_task µs | get_work ms | tasks/s luigid hands out | 64 machines registering, min |")
+    print("| units | tasks | tasks scheduled | workers | S3 requests before the first task | per task | seconds "
+          "| status: requests | status: seconds | add_task µs | get_work ms | tasks/s luigid hands out "
+          "| 64 machines registering, min |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for units in args.units:
@@ -241,7 +242,8 @@ def main() -> None:
             for workers in args.workers:
                 cache = root / f"cache-{workers}"
                 requests, seconds = until_first_task(config, workers, counting, {**env, "TEXTMILL_CACHE": str(cache)})
-                print(f"| {units:,} | {tasks:,} | {scheduled:,} | {workers} | {requests:,} | {requests / tasks:.2f} | {seconds:.1f} | "
+                print(f"| {units:,} | {tasks:,} | {scheduled:,} | {workers} | {requests:,} | {requests / tasks:.2f} "
+                      f"| {seconds:.1f} | "
                       f"{walk:,} | {walk_s:.1f} | {1e6 * add:.0f} | {1e3 * get_work:.1f} | {1 / get_work:,.0f} | "
                       f"{64 * scheduled * add / 60:.1f} |", flush=True)
         print("\n### With a real luigid on 127.0.0.1 (`textmill run --scheduler-url`)\n")

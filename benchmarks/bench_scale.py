@@ -1,15 +1,14 @@
 """The corpus stages at scale: dedup, shuffle, decontaminate, BPE training (with --bpe) and tokenize of a
 synthetic corpus, run through the Luigi graph as `textmill run` runs them, with 1 and 2 workers.
 
-The input is what users bring: ONE list of `--documents` URLs, which the run cuts into units of
-`--shard-documents` ([blacklist] urls_per_shard). The corpus is written directly as each unit's scrape
-output shard (no fetching): documents of about 3 KB
-of Zipf-distributed English words (GPT-2's vocabulary), 5% of them lightly edited copies of earlier ones (near-duplicates for dedup),
-0.5% holding a LAMBADA passage (for decontamination against tests/data/lambada_test.jsonl). The stages are
-built one after the other (so no stage's wall time holds another's), every task in a process of its own
-(Luigi's force_multiprocessing), which records its peak resident set (ru_maxrss of the task's process, a
-fork of the scheduling process, so it includes the imports that process holds: read the ratios between
-sizes; the corpus is generated in a process of its own, so that its documents are not counted too).
+The input is what users bring: ONE list of `--documents` URLs, which the run cuts into units of `--shard-documents`
+([blacklist] urls_per_shard). The corpus is written directly as each unit's scrape output shard (no fetching):
+documents of about 3 KB of Zipf-distributed English words (GPT-2's vocabulary), 5% of them lightly edited copies of
+earlier ones (near-duplicates for dedup), 0.5% holding a LAMBADA passage (for decontamination against
+tests/data/lambada_test.jsonl). The stages are built one after the other (so no stage's wall time holds another's),
+every task in a process of its own (Luigi's force_multiprocessing), which records its peak resident set (ru_maxrss of
+the task's process, a fork of the scheduling process, so it includes the imports that process holds: read the ratios
+between sizes; the corpus is generated in a process of its own, so that its documents are not counted too).
 
     python benchmarks/bench_scale.py --documents 20000 100000 [--shard-documents 10000] [--bpe]
         [--start-at shuffle] [--stop-after STAGE]
@@ -20,7 +19,8 @@ with 64 workers (from the largest corpus's task times: per-shard tasks shared am
 once-per-stage tasks serial, both linear in the documents but the bounded BPE sample; assumes each
 worker as fast as one core here, enough shards to keep them busy, and storage and scheduler never the
 bottleneck), with the scrape beside them at given rates (pages/s per worker, the network never the
-limit: measured rates against a local server); then the ratio of each stage's largest task RSS between the largest and the smallest corpus.
+limit: measured rates against a local server); then the ratio of each stage's largest task RSS between the
+largest and the smallest corpus.
 """
 
 from __future__ import annotations
@@ -200,13 +200,14 @@ def extrapolate(documents: int, result: dict[str, dict], sizes: list[int], worke
         hours = [n * urls_per_document / rate / workers / 3600 for n in sizes]
         print(f"| scrape at {rate:g} pages/s per worker, {urls_per_document:g} URLs per document | | | "
               + " | ".join(f"{h:.2f}" for h in hours) + " |")
-        print("| all, with that scrape | | | " + " | ".join(f"{h + t:.2f}" for h, t in zip(hours, totals)) + " |")
+        print("| all, with that scrape | | | " + " | ".join(f"{h + t:.2f}" for h, t in zip(hours, totals, strict=True)) + " |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--documents", type=int, nargs="+", default=[20000, 100000], help="corpus sizes to run")
-    ap.add_argument("--shard-documents", type=int, default=10000, help="documents per unit: the run cuts the one URL list into units of this many URLs")
+    ap.add_argument("--shard-documents", type=int, default=10000,
+                    help="documents per unit: the run cuts the one URL list into units of this many URLs")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Luigi worker counts to compare")
     ap.add_argument("--bpe", action="store_true", help="train a BPE on the corpus (no vocabulary given)")
     ap.add_argument("--stop-after", choices=["dedup", "clean", "shuffle", "decontaminate", "bpe", "tokenize"],
@@ -224,7 +225,8 @@ def main() -> None:
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {args.shard_documents} documents a shard\n")
     print("| documents | stage | tasks | " + " | ".join(f"{w} worker{'s' * (w > 1)} (s)" for w in args.workers)
-          + f" | ratio {args.workers[-1]}:{args.workers[0]} | largest task RSS (MiB), its task | documents/s ({args.workers[-1]} workers) |")
+          + f" | ratio {args.workers[-1]}:{args.workers[0]} | largest task RSS (MiB), its task"
+          + f" | documents/s ({args.workers[-1]} workers) |")
     print("|---:|---|---:|" + "---:|" * len(args.workers) + "---:|---:|---:|")
     largest: dict[int, dict[str, int]] = {}
     for documents in args.documents:

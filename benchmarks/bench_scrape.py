@@ -10,8 +10,8 @@ makes each URL distinct (`/article/7.html?n=12345`), so every URL is fetched and
 --urls-per-shard above the list's size the whole list is one unit: the scrape task's memory is then set by
 its chunk (`[scrape] chunk_urls`), not by the list, and the RSS ratio between sizes shows it (target:
 at most 1.2). Lists longer than --scrape-up-to are blacklisted only (the blacklist of a list of a
-million URLs, cut into units, without an hour of scraping). Each command runs in a fresh process; its largest RSS is that of the largest process it
-waited for (ru_maxrss of its children: the command, the extraction processes).
+million URLs, cut into units, without an hour of scraping). Each command runs in a fresh process; its largest
+RSS is that of the largest process it waited for (ru_maxrss of its children: the command, the extraction processes).
 """
 
 from __future__ import annotations

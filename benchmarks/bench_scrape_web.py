@@ -209,7 +209,8 @@ def main() -> None:
                 slots: dict[str, list[float]] = {}
                 for outcome, seconds in r["slots"]:
                     slots.setdefault(outcome, []).append(seconds or 0.0)
-                shown = "; ".join(f"{k} {sum(v):.0f} / {max(v):.1f}" for k, v in sorted(slots.items(), key=lambda kv: -sum(kv[1])))
+                busiest = sorted(slots.items(), key=lambda kv: -sum(kv[1]))
+                shown = "; ".join(f"{k} {sum(v):.0f} / {max(v):.1f}" for k, v in busiest)
                 print(f"| {label} | {args.urls / r['seconds']:.1f} | {r['main_cpu'] / args.urls:.4f} | "
                       f"{r['extract_cpu'] / args.urls:.4f} | {shown} | {r['rss_mb']} | {r['kept']} |", flush=True)
         if args.hog and len(kept) == 2:

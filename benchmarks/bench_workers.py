@@ -3,11 +3,12 @@ JSON-lines file cut into units, as a user runs them (the command in a fresh proc
 
     python benchmarks/bench_workers.py [--documents-per-shard 516] [--repeats 3] [--workers 1 2] [--generated N]
 
-The file is tests/data/lambada_test.jsonl (5,153 passages), cut into 10 units by --documents-per-shard 516; or,
-with --generated N, N documents of generated English prose (textmill.demo.synthweb, seed 0: units of the
-default size, 10,000 documents, are 20 times the LAMBADA ones). Clean reads dedup's output. Runs are interleaved (1, 2, 1, 2, ...) so a busy spell of the shared machine hits every
-worker count alike, each into a fresh folder; the fastest of --repeats counts. Prints seconds and the ratio to
---workers 1 (below 1.0: the extra worker pays off; the goal is at most 0.7 with 2).
+The file is tests/data/lambada_test.jsonl (5,153 passages), cut into 10 units by --documents-per-shard 516; or, with
+--generated N, N documents of generated English prose (textmill.demo.synthweb, seed 0: units of the default size,
+10,000 documents, are 20 times the LAMBADA ones). Clean reads dedup's output. Runs are interleaved (1, 2, 1, 2, ...)
+so a busy spell of the shared machine hits every worker count alike, each into a fresh folder; the fastest of
+--repeats counts. Prints seconds and the ratio to --workers 1 (below 1.0: the extra worker pays off; the goal is at
+most 0.7 with 2).
 """
 
 from __future__ import annotations

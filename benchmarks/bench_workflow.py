@@ -139,5 +139,6 @@ def main() -> None:
             base = base or seconds / files
             print(f"| {files} | {seconds:.2f} | {1000 * seconds / files:.1f} | {seconds / files / base:.2f} |")
 
+
 if __name__ == "__main__":
     main()

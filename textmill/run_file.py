@@ -161,7 +161,8 @@ def example_config() -> str:
 
 
 # The command whose options a table's settings also are.
-COMMANDS = {"input": "every document stage", "reddit": "textmill reddit-urls", "warc": "textmill warc", "blacklist": "textmill blacklist", "scrape": "textmill scrape",
+COMMANDS = {"input": "every document stage", "reddit": "textmill reddit-urls", "warc": "textmill warc",
+            "blacklist": "textmill blacklist", "scrape": "textmill scrape",
             "dedup": "textmill dedup", "clean": "textmill clean", "quality": "textmill quality",
             "shuffle": "textmill shuffle", "decontaminate": "textmill decontaminate", "tokenize": "textmill tokenize"}
 
@@ -212,7 +213,8 @@ class RunConfig:
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
 # (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.
 CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape": "2-scrape", "warc": "2-warc",
-                 "extract": "2-extract", "dedup": "3-dedup", "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
+                 "extract": "2-extract", "dedup": "3-dedup", "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle",
+                 "decontaminate": "6-decontaminate"}
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -117,7 +117,8 @@ def has_default(f: Field) -> bool:
 
 # --- the command line --------------------------------------------------------------------------------
 
-def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = (), help_for: dict[str, str] | None = None) -> None:
+def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = (),
+                  help_for: dict[str, str] | None = None) -> None:
     """One option per field of the dataclass `cls` (except `skip`): `--field-name`, its type, default and
     help from the field. `help_for` replaces a field's help for this command. A bool defaulting to False is a
     switch (`--x`); one defaulting to True has `--no-x` too. A field without a default is required."""

@@ -59,7 +59,8 @@ def test_serve_answers_a_megatron_api_request_from_the_gpu(trained, device):
     finally:
         code, _, err = server.stop()
     assert status == 200 and len(body["text"]) == 2, body
-    assert all(text.startswith(prompt) and len(text) > len(prompt) for text, prompt in zip(body["text"], PROMPTS)), body
+    pairs = zip(body["text"], PROMPTS, strict=True)
+    assert all(text.startswith(prompt) and len(text) > len(prompt) for text, prompt in pairs), body
 
 
 def test_generation_with_the_key_value_cache_equals_generation_without(trained, device):
@@ -74,6 +75,6 @@ def test_generation_with_the_key_value_cache_equals_generation_without(trained, 
         runs = [local(PROMPTS, tokens_to_generate=24, top_k=1, logprobs=True, use_cache=cache) for cache in (True, False)]
     finally:
         torch.backends.cuda.matmul.allow_tf32 = precision
-    for cached, plain in zip(*runs):
+    for cached, plain in zip(*runs, strict=True):
         assert cached.tokens == plain.tokens
         assert cached.logprobs == pytest.approx(plain.logprobs, abs=1e-4)

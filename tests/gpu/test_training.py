@@ -35,7 +35,7 @@ def test_bf16_with_compiled_blocks_follows_fp32_eager(corpus, device, family):
     shape = TINY_LLAMA if family == "llama" else {}
     reference = losses(run(corpus, device, train_iters=6, no_compile=True, no_tf32=True, **shape))
     fast = losses(run(corpus, device, train_iters=6, bf16=True, compile=True, **shape))
-    gaps = [abs(a - b) / a for a, b in zip(reference, fast)]
+    gaps = [abs(a - b) / a for a, b in zip(reference, fast, strict=True)]
     assert len(gaps) == 6 and max(gaps) < 5e-3, (reference, fast)
     assert fast[-1] < fast[0], fast  # it trains
 
@@ -74,10 +74,10 @@ def test_the_fused_adamw_steps_as_the_unfused_one(device):
     for _ in range(10):
         grads = [torch.randn(s, device=device) for s in shapes]
         for params, optimizer in ((fused_params, fused), (plain_params, plain)):
-            for p, g in zip(params, grads):
+            for p, g in zip(params, grads, strict=True):
                 p.grad = g.clone()
             optimizer.step()
-    for a, b in zip(fused_params, plain_params):
+    for a, b in zip(fused_params, plain_params, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 

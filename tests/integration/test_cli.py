@@ -92,7 +92,8 @@ def test_demo_runs_the_whole_chain(tmp_path):
 
 
 def test_building_the_command_line_imports_no_heavy_library():
-    """`textmill --help` answers at once: the parsers are built without torch, matplotlib or transformers (each command imports what it needs when it runs)."""
+    """`textmill --help` answers at once: the parsers are built without torch, matplotlib or transformers (each
+    command imports what it needs when it runs)."""
     heavy = ("torch", "matplotlib", "transformers")
     code = ("import sys, textmill.cli as cli\ncli.build_parser()\n"
             f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")

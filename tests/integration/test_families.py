@@ -83,7 +83,8 @@ def test_fine_tuning_a_model_with_more_embedding_rows_than_tokens(tmp_path):
     write_jsonl(tmp_path / "docs.jsonl", [{"text": "\n\n".join(synthweb.prose(rng, 2))} for _ in range(40)])
     own = ["--vocab-file", str(tmp_path / "imported" / "tokenizer" / "vocab.json"),
            "--merge-file", str(tmp_path / "imported" / "tokenizer" / "merges.txt")]
-    r = run_cli("tokenize", "--input", str(tmp_path / "docs.jsonl"), "--output-prefix", str(tmp_path / "ft"), "--append-eod", *own)
+    r = run_cli("tokenize", "--input", str(tmp_path / "docs.jsonl"), "--output-prefix", str(tmp_path / "ft"),
+                "--append-eod", *own)
     assert r.returncode == 0, r.stderr
     r = run_cli("train", "--data-path", str(tmp_path / "ft_text_document"), *own, "--load", str(tmp_path / "imported"),
                 "--finetune", "--use-checkpoint-args", "--train-iters", "2", "--micro-batch-size", "2",

@@ -11,7 +11,7 @@ from textmill.demo import synthweb
 
 def test_long_steps_print_progress_lines_without_a_terminal(tmp_path, monkeypatch):
     monkeypatch.setenv("TEXTMILL_PROGRESS_S", "0")  # a line per update; the default is one every 30 s
-    rows = [json.loads(line) for line, _ in zip(open(TEST_DATA / "lambada_test.jsonl"), range(300))]
+    rows = [json.loads(line) for line, _ in zip(open(TEST_DATA / "lambada_test.jsonl"), range(300), strict=False)]
     write_jsonl(tmp_path / "docs.jsonl", [{"id": str(i), "text": r["text"]} for i, r in enumerate(rows)])
     r = run_cli("tokenize", "--input", str(tmp_path / "docs.jsonl"), "--output-prefix", str(tmp_path / "tok"),
                 "--vocab-file", str(TEST_DATA / "gpt2-vocab.json"), "--merge-file", str(TEST_DATA / "gpt2-merges.txt"))

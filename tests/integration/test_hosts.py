@@ -135,8 +135,8 @@ def test_luigid_two_workers_the_web_and_s3_on_separate_hosts_give_one_worker_s_t
                   "'hosts/eval.jsonl')")
         assert on(net["w1"], sys.executable, "-c", upload, str(inputs), env=s3_env).wait(60) == 0
 
-        lone = on(net["w1"], sys.executable, "-m", "textmill.cli", "run", str(alone), env={"TEXTMILL_CACHE": str(tmp_path / "c0")},
-                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lone = on(net["w1"], sys.executable, "-m", "textmill.cli", "run", str(alone),
+                  env={"TEXTMILL_CACHE": str(tmp_path / "c0")}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = lone.communicate(timeout=600)
         assert lone.returncode == 0, err[-3000:]
 

@@ -26,7 +26,8 @@ def single_process(corpus, save, iters, **settings):
 
 def distributed(corpus, save, nproc, iters, **settings):
     """`textmill train` in `nproc` processes, with the command-line options of the config."""
-    r = run_cli("train", "--nproc-per-node", str(nproc), *parallel_config(corpus, train_iters=iters, save=save, **settings).to_argv())
+    settings = parallel_config(corpus, train_iters=iters, save=save, **settings)
+    r = run_cli("train", "--nproc-per-node", str(nproc), *settings.to_argv())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sum(line.startswith("train: ") for line in r.stdout.splitlines()) == 1  # one summary, from rank 0
     return logged(save)
@@ -257,7 +258,8 @@ def test_a_layout_that_does_not_divide_is_refused_before_launch(corpus):
         "textmill: error: --global-batch-size 8 is not divisible by --micro-batch-size 2 x data-parallel size 3"]
     r = run_cli("train", "--nproc-per-node", "3", *parallel_config(corpus, train_iters=2, tensor_model_parallel_size=3).to_argv())
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["textmill: error: --num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3"]
+    assert r.stderr.strip().splitlines() == [
+        "textmill: error: --num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3"]
     r = run_cli("train", "--nproc-per-node", "2", *parallel_config(corpus, train_iters=2, pipeline_model_parallel_size=2,
                                                            micro_batch_size=8).to_argv())
     assert r.returncode == 2
@@ -281,7 +283,7 @@ def test_checkpoint_convert_writes_a_layout_and_back(corpus, tmp_path):
     original, _ = load_model(tmp_path / "one")
     back, ckpt = load_model(tmp_path / "back")
     assert ckpt.format == "torch" and ckpt.meta["iteration"] == 4
-    for (name, a), (_, b) in zip(original.state_dict().items(), back.state_dict().items()):
+    for (name, a), (_, b) in zip(original.state_dict().items(), back.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     # Training goes on from the converted weights (with a fresh optimizer, as it says).
     r = run_cli("train", *parallel_config(corpus, train_iters=6, load=tmp_path / "tp2pp2", save=tmp_path / "tp2pp2").to_argv())

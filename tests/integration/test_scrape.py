@@ -67,7 +67,8 @@ def test_extract_switches_extractors_on_a_kept_crawl_without_fetching(tmp_path, 
     assert manifest["params"]["extractor"] == "trafilatura" and manifest["counts"]["input"] == len(paths)
     assert manifest["charsets"] == {"header:utf-8": 4}  # the pages fetched whole; the 404 keeps its reason
     missing = run_cli("extract", str(tmp_path / "traf"), "-o", str(tmp_path / "none"))
-    assert missing.returncode == 2 and f"has no kept HTML ({tmp_path / 'traf' / '.html' / 'urls-00000.parquet'}); scrape with --keep-html" in missing.stderr
+    kept_html = tmp_path / "traf" / ".html" / "urls-00000.parquet"
+    assert missing.returncode == 2 and f"has no kept HTML ({kept_html}); scrape with --keep-html" in missing.stderr
 
 
 def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):

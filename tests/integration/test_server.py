@@ -56,7 +56,7 @@ def test_api_answers_megatrons_request_with_megatrons_shape(server, gpt2):
         assert body["text"][i] == gpt2.tokenizer.decode(g.tokens) and body["text"][i].startswith(PROMPTS[i])
         assert body["segments"][i] == [gpt2.text.segment(t) for t in g.tokens]
         assert len(body["logprobs"][i]) == len(body["segments"][i]) - 1
-        assert max(abs(a - b) for a, b in zip(body["logprobs"][i], g.logprobs)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(body["logprobs"][i], g.logprobs, strict=True)) < 1e-4
     # Defaults as Megatron's: 64 tokens, no logprobs; the seed makes sampling repeatable.
     status, body = server.request("PUT", "/api", {"prompts": ["The old sailor"], "random_seed": 4})
     assert status == 200 and body["logprobs"] is None
@@ -82,7 +82,7 @@ def test_api_beam_search_answers_as_megatrons_server_did(server, gpt2):
     assert body["text"] == [gpt2.tokenizer.decode(h.tokens) for h in local]
     assert body["segments"] == [[gpt2.text.segment(t) for t in h.tokens] for h in local]
     assert body["scores"] == sorted(body["scores"], reverse=True)
-    assert max(abs(a - h.score) for a, h in zip(body["scores"], local)) < 1e-4
+    assert max(abs(a - h.score) for a, h in zip(body["scores"], local, strict=True)) < 1e-4
     # A stop token of the caller's choice ends a sequence there.
     space = gpt2.tokenizer.encode(" the")[0]
     status, body = server.request("PUT", "/api", {"prompts": ["The old sailor"], "tokens_to_generate": 12, "beam_width": 2,
@@ -136,7 +136,7 @@ def test_fifty_concurrent_clients_each_get_their_own_answer(server, gpt2):
     settings = ([{"tokens_to_generate": 8, "top_k": 1}] * 20 + [{"tokens_to_generate": 4 + i % 7, "top_k": 1} for i in range(20)]
                 + [{"tokens_to_generate": 8, "top_p": 0.9, "random_seed": i} for i in range(10)])
     expected = []
-    for prompt, kw in zip(prompts, settings):
+    for prompt, kw in zip(prompts, settings, strict=True):
         local = {"seed" if k == "random_seed" else k: v for k, v in kw.items()}
         expected.append(gpt2.tokenizer.decode(gpt2([prompt], **local)[0].tokens))
     batches_before = server.request("GET", "/health")[1]["batches"]
@@ -146,7 +146,7 @@ def test_fifty_concurrent_clients_each_get_their_own_answer(server, gpt2):
 
     with ThreadPoolExecutor(50) as pool:
         answers = list(pool.map(ask, range(50)))
-    for (status, body), text in zip(answers, expected):
+    for (status, body), text in zip(answers, expected, strict=True):
         assert status == 200 and body["text"] == [text]
     health = server.request("GET", "/health")[1]
     assert health["status"] == "ok" and health["batches"] - batches_before < 50

@@ -42,7 +42,8 @@ PLAUSIBLE = {
     "top_p_decay": st.floats(0, 1), "top_p_bound": st.floats(0, 1), "random_seed": st.integers(-2, 2**64 + 2),
     "seed": st.integers(-2, 2**64 + 2), "stop": TEXTS | st.lists(TEXTS, max_size=4), "echo": st.booleans(),
     "add_BOS": st.booleans(), "stop_on_eol": st.booleans(), "n": st.just(1), "stop_token": st.integers(0, 50256),
-    "length_penalty": st.floats(0, 2) | AWKWARD_NUMBERS, "beam_width": st.integers(0, 4), "model": TEXTS, "user": TEXTS, "prompts": st.lists(TEXTS, min_size=1, max_size=3),
+    "length_penalty": st.floats(0, 2) | AWKWARD_NUMBERS, "beam_width": st.integers(0, 4), "model": TEXTS, "user": TEXTS,
+    "prompts": st.lists(TEXTS, min_size=1, max_size=3),
     "prompt": TEXTS | st.lists(TEXTS, min_size=1, max_size=3),
 }
 

@@ -1,4 +1,5 @@
-"""`textmill train`: bad input (a damaged checkpoint included) is one error line; --compile falls back to eager where inductor cannot run."""
+"""`textmill train`: bad input (a damaged checkpoint included) is one error line; --compile falls back to eager where
+inductor cannot run."""
 
 from support.cli import run_cli
 from support.training import train_config
@@ -11,7 +12,8 @@ def test_bad_input_is_one_clear_error(corpus, tmp_path):
         (["--data-path", str(corpus["prefix"]), "--seq-length", "512"], "longer than --max-position-embeddings 256"),
         (["--data-path", str(corpus["prefix"]), "--global-batch-size", "6", "--micro-batch-size", "4"], "not divisible"),
     ]
-    small_vocab = ["train", "--vocab-size", "300", "--train-iters", "2", "--seq-length", "32", "--data-path", str(corpus["prefix"])]
+    small_vocab = ["train", "--vocab-size", "300", "--train-iters", "2", "--seq-length", "32",
+                   "--data-path", str(corpus["prefix"])]
     for args, message in cases:
         r = run_cli(*base, *args)
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

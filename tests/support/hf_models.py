@@ -73,7 +73,7 @@ def write_hf_gptj(folder):
     hf_model = transformers.GPTJForCausalLM(transformers.GPTJConfig(
         n_embd=64, n_head=4, n_layer=2, n_positions=128, rotary_dim=4, vocab_size=50400)).eval()
     with torch.no_grad():
-        for name, p in hf_model.named_parameters():
+        for p in hf_model.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
     hf_model.save_pretrained(folder)

@@ -46,6 +46,6 @@ def hostile_lines(scale: float = 1.0, seed: int = 0, ordinary: int = 200) -> lis
              for i in range(ordinary)]
     for k, (name, text) in enumerate(hostile_texts(scale, seed)):
         lines.insert(rng.randrange(len(lines) + 1), json.dumps({"id": f"hostile-{k}", "name": name, "text": text}).encode())
-    lines += [b'{"id": "bad-utf8", "text": "\xff\xfe"}', b'{"id": "bad-json", "text": ', b'{"id": "surrogate", "text": "\\ud800"}',
-              b'{"id": "no-text"}', b'["not", "an", "object"]']
+    lines += [b'{"id": "bad-utf8", "text": "\xff\xfe"}', b'{"id": "bad-json", "text": ',
+              b'{"id": "surrogate", "text": "\\ud800"}', b'{"id": "no-text"}', b'["not", "an", "object"]']
     return lines

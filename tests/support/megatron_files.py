@@ -54,11 +54,13 @@ def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, wit
                 h = f"transformer.h.{p * per_stage + local}."
                 m = f"layers.{local}."
                 body[m + "input_layernorm.weight"], body[m + "input_layernorm.bias"] = hf[h + "ln_1.weight"], hf[h + "ln_1.bias"]
-                body[m + f"{attention}.query_key_value.weight"] = shard_qkv(qkv_rows(hf[h + "attn.c_attn.weight"], heads, version), version, tp, t)
-                body[m + f"{attention}.query_key_value.bias"] = shard_qkv(qkv_rows(hf[h + "attn.c_attn.bias"], heads, version), version, tp, t)
+                for kind in ("weight", "bias"):
+                    rows = qkv_rows(hf[h + f"attn.c_attn.{kind}"], heads, version)
+                    body[m + f"{attention}.query_key_value.{kind}"] = shard_qkv(rows, version, tp, t)
                 body[m + f"{attention}.dense.weight"] = hf[h + "attn.c_proj.weight"].t().chunk(tp, dim=1)[t]
                 body[m + f"{attention}.dense.bias"] = hf[h + "attn.c_proj.bias"]
-                body[m + "post_attention_layernorm.weight"], body[m + "post_attention_layernorm.bias"] = hf[h + "ln_2.weight"], hf[h + "ln_2.bias"]
+                for kind in ("weight", "bias"):
+                    body[m + f"post_attention_layernorm.{kind}"] = hf[h + f"ln_2.{kind}"]
                 body[m + "mlp.dense_h_to_4h.weight"] = hf[h + "mlp.c_fc.weight"].t().chunk(tp, dim=0)[t]
                 body[m + "mlp.dense_h_to_4h.bias"] = hf[h + "mlp.c_fc.bias"].chunk(tp, dim=0)[t]
                 body[m + "mlp.dense_4h_to_h.weight"] = hf[h + "mlp.c_proj.weight"].t().chunk(tp, dim=1)[t]
@@ -69,7 +71,8 @@ def write_megatron(root, hf_model, version: float, tp: int = 1, pp: int = 1, wit
                 language_model["embedding"] = {"word_embeddings": {"weight": words.chunk(tp)[t]},
                                                "position_embeddings": {"weight": hf["transformer.wpe.weight"]}}
             if p == pp - 1:
-                body["final_layernorm.weight"], body["final_layernorm.bias"] = hf["transformer.ln_f.weight"], hf["transformer.ln_f.bias"]
+                for kind in ("weight", "bias"):
+                    body[f"final_layernorm.{kind}"] = hf[f"transformer.ln_f.{kind}"]
                 if pp > 1:  # the last stage's copy of the tied embedding, as Megatron keeps it
                     model["word_embeddings_for_head"] = {"weight": words.chunk(tp)[t]}
             model = to_dtype(model, dtype)

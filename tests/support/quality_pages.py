@@ -71,5 +71,5 @@ def real_documents() -> list[dict]:
     with gzip.open(TEST_DATA / "web-texts.jsonl.gz", "rt") as f:
         pages = [json.loads(line) for line in f]
     with open(TEST_DATA / "lambada_test.jsonl") as f:
-        passages = [{"id": f"lambada:{i}", "text": json.loads(line)["text"]} for i, line in zip(range(600), f)]
+        passages = [{"id": f"lambada:{i}", "text": json.loads(line)["text"]} for i, line in zip(range(600), f, strict=False)]
     return pages + passages

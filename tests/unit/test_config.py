@@ -30,7 +30,8 @@ from textmill.run_file import load_config
     ("[train]\nlr = 0.1", "[train] needs train_iters"),
     ("[train]\ntrain_iters = 5\nhidden_dropout = 2.0", "[train] hidden_dropout must be at most 1, not 2.0"),
     ("[train]\ntrain_iters = 5\nseq_length = 1024", "[train] --seq-length 1024 is longer than --max-position-embeddings 256"),
-    ("[train]\ntrain_iters = 5\nmicro_batch_size = 8\nglobal_batch_size = 16\nnproc_per_node = 3", "[train] --global-batch-size 16 is not divisible by --micro-batch-size 8 x data-parallel size 3"),
+    ("[train]\ntrain_iters = 5\nmicro_batch_size = 8\nglobal_batch_size = 16\nnproc_per_node = 3",
+     "[train] --global-batch-size 16 is not divisible by --micro-batch-size 8 x data-parallel size 3"),
 ])
 def test_a_bad_value_is_one_error_naming_the_field(tmp_path, text, error):
     (tmp_path / "run.toml").write_text(text + "\n")

@@ -79,7 +79,8 @@ def test_every_table_field_appears_in_the_example_once():
 
 @pytest.mark.parametrize("argv, field, value, old, new", [
     (["scrape", "in", "-o", "out", "--timeout", "5"], "timeout_s", 5.0, "--timeout", "--timeout-s"),
-    (["scrape", "in", "-o", "out", "--extract-timeout", "2"], "extract_timeout_s", 2.0, "--extract-timeout", "--extract-timeout-s"),
+    (["scrape", "in", "-o", "out", "--extract-timeout", "2"], "extract_timeout_s", 2.0, "--extract-timeout",
+     "--extract-timeout-s"),
     (["scrape", "in", "-o", "out", "--allow-network", "10.0.0.5"], "allow_networks", ["10.0.0.5"], "--allow-network",
      "--allow-networks"),
     (["decontaminate", "in", "-o", "out", "--ngram", "11"], "max_ngram", 11, "--ngram", "--max-ngram"),

@@ -1,5 +1,5 @@
-"""`textmill reddit-urls | blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate`: each corpus stage on its own,
-over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
+"""`textmill reddit-urls | blacklist | scrape | extract | dedup | clean | quality | shuffle | decontaminate`: each
+corpus stage on its own, over shards or loose JSON lines, as the tasks `textmill run` runs (textmill.workflows.commands), ending
 with a one-line summary."""
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def add_parsers(sub) -> None:
         p.add_argument("inputs", nargs="+", metavar="INPUT", help=inputs_help)
         p.add_argument("--output", "-o", required=True, help="output folder (or URL in a store): the stage's shards, "
                        "rejects and manifests; its earlier steps in OUTPUT/.textmill. Run again, it skips finished steps")
-        p.add_argument("--workers", type=int, default=1, help="steps run at once: this many long-lived worker processes, which end with the command")
+        p.add_argument("--workers", type=int, default=1,
+                       help="steps run at once: this many long-lived worker processes, which end with the command")
         if name not in ("reddit-urls", "blacklist"):  # their output is URL lists
             p.add_argument("--output-format", choices=("parquet", "jsonl.gz"), default="parquet",
                            help="the kept documents as zstd Parquet (what `datasets.load_dataset(\"parquet\", "
@@ -177,8 +178,8 @@ def add_parsers(sub) -> None:
               DedupConfig)
     p.set_defaults(func=cmd_dedup)
 
-    p = stage("clean", "Fix mojibake with ftfy, keep one language (fastText's lid.176, or seeded langdetect), drop short documents.", docs,
-              CleanConfig)
+    p = stage("clean", "Fix mojibake with ftfy, keep one language (fastText's lid.176, or seeded langdetect), drop short "
+              "documents.", docs, CleanConfig)
     add_tokenizer_files(p, "count exact BPE tokens (default: a lower bound that needs no vocabulary)")
     p.set_defaults(func=cmd_clean)
 

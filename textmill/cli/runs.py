@@ -96,7 +96,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("run", help="Run the whole graph a TOML file describes, redoing only what is not finished.",
                        description=RUN_HELP, formatter_class=DocstringHelpFormatter)
     p.add_argument("config", type=Path, nargs="?", help="the run's TOML file")
-    p.add_argument("--workers", type=int, default=1, help="tasks run at once: this many long-lived worker processes, which end with the command "
+    p.add_argument("--workers", type=int, default=1,
+                   help="tasks run at once: this many long-lived worker processes, which end with the command "
                    "(with --scheduler-url, Luigi's worker with this many processes)")
     p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
                    "(default: a local scheduler in this process)")

@@ -51,7 +51,8 @@ def cmd_generate(args) -> str:
                     ("--top-p", args.top_p), ("--greedy", args.greedy), ("--seed", args.seed is not None),
                     ("--logprobs", args.logprobs), ("--stop-on-eol", args.stop_on_eol), ("--stop", args.stop)) if given]
         if sampling:
-            raise TextmillError(f"--beam-width takes no {', '.join(sampling)}: beam search is deterministic and ends a sequence at --stop-token")
+            raise TextmillError(f"--beam-width takes no {', '.join(sampling)}: beam search is deterministic and ends a "
+                                "sequence at --stop-token")
         settings = {"tokens_to_generate": args.tokens_to_generate, "beam_width": args.beam_width,
                     "length_penalty": args.length_penalty}
         if args.stop_token is not None:
@@ -74,7 +75,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--port", type=int, default=5000, help="port (0: any free port, printed at start)")
     p.add_argument("--max-prompts", type=int, default=128, help="most prompts in one request")
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt in tokens (default: the model's positions)")
-    p.add_argument("--max-tokens-to-generate", type=int, help="most tokens one request may ask for (default: the model's positions)")
+    p.add_argument("--max-tokens-to-generate", type=int,
+                   help="most tokens one request may ask for (default: the model's positions)")
     p.add_argument("--max-beam-width", type=int, default=16,
                    help="widest beam search one request may ask for (each beam holds a key/value cache and a step's "
                    "logits over the vocabulary)")
@@ -96,7 +98,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--tokens-to-generate", type=int, default=64, help="tokens to generate per prompt (with --prompt)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, in (0, 100]")
     p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0: all; 1: greedy)")
-    p.add_argument("--top-p", type=float, default=0.0, help="sample from the smallest set of tokens with this much probability (0: off)")
+    p.add_argument("--top-p", type=float, default=0.0,
+                   help="sample from the smallest set of tokens with this much probability (0: off)")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (same as --top-k 1)")
     p.add_argument("--seed", type=int, help="random seed of the sampling (default: a fresh one each time)")
     p.add_argument("--stop", action="append", help="stop when the generated text contains this string (repeatable; --load only)")

@@ -84,7 +84,8 @@ def beam_search(model, prompt: list[int], params: SamplingParams, vocab_size: in
         candidates = (next_logprobs() + scores[:, None]).flatten()
         ranked_scores, ranked = torch.sort(candidates, descending=True, stable=True)
         rows, tokens, kept_scores = [], [], []
-        for rank, (score, index) in enumerate(zip(ranked_scores[: 2 * width].tolist(), ranked[: 2 * width].tolist())):
+        best = zip(ranked_scores[: 2 * width].tolist(), ranked[: 2 * width].tolist(), strict=True)
+        for rank, (score, index) in enumerate(best):
             row, token = divmod(index, vocab_size)
             if token == stop_token:
                 if rank < width:

@@ -43,7 +43,7 @@ def answers(body: dict) -> list[dict]:
     count = len(body["text"])
     logprobs, scores = body.get("logprobs") or [None] * count, body.get("scores") or [None] * count
     return [{"text": t, "segments": s, "logprobs": lp, "score": sc}
-            for t, s, lp, sc in zip(body["text"], body["segments"], logprobs, scores)]
+            for t, s, lp, sc in zip(body["text"], body["segments"], logprobs, scores, strict=False)]
 
 
 class RemoteModel:
@@ -76,9 +76,10 @@ class LocalModel:
         if params.beam_width:
             return answers(g.beam_response(generations[0]))
         out = answers(g.api_response(generations, params.logprobs))
-        for gen, answer in zip(generations, out):
+        for gen, answer in zip(generations, out, strict=True):
             if gen.stop_at is not None:  # cut before the stop string
-                answer["text"] = g.tokenizer.decode(gen.tokens[: gen.prompt_length]) + g.tokenizer.decode(gen.generated)[: gen.stop_at]
+                prompt = g.tokenizer.decode(gen.tokens[: gen.prompt_length])
+                answer["text"] = prompt + g.tokenizer.decode(gen.generated)[: gen.stop_at]
         return out
 
 
@@ -87,7 +88,7 @@ def show(result: dict, logprobs: bool) -> str:
     if result["score"] is not None:
         lines.append(f"  score: {result['score']:.4f}")
     if logprobs and result["logprobs"] is not None:
-        pairs = zip(result["segments"][1:], result["logprobs"])
+        pairs = zip(result["segments"][1:], result["logprobs"], strict=False)
         lines.append("  logprobs: " + " ".join(f"{s!r}:{lp:.2f}" for s, lp in pairs))
     return "\n".join(lines)
 

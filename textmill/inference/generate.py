@@ -141,7 +141,8 @@ def generate(model, text: TokenText, prompts: list[list[int]], params: SamplingP
         """Log-probabilities of the known tokens at positions [start + 1, end + 1) from logits at [start, end)."""
         if logprobs is not None and end > start:
             targets = tokens[:, start + 1 : end + 1].cpu()
-            logprobs[:, start + 1 : end + 1] = F.log_softmax(logits[:, : end - start], dim=-1).gather(-1, targets[..., None])[..., 0]
+            chosen = F.log_softmax(logits[:, : end - start], dim=-1).gather(-1, targets[..., None])
+            logprobs[:, start + 1 : end + 1] = chosen[..., 0]
 
     def busy(pos: int) -> bool:
         """Whether any row still generates, or still has prompt tokens to read, at `pos`."""

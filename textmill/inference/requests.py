@@ -105,8 +105,8 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
         raise BadRequest("top_k must be equal to or greater than 0 and less than or equal to 1000")
-    top_p = check_sampling_value(data.get("top_p", 0.0), "top_p", 1.0, True, "top_p must be a positive float less than or equal to 1.0",
-                        MIN_TOP_P)
+    top_p = check_sampling_value(data.get("top_p", 0.0), "top_p", 1.0, True,
+                                 "top_p must be a positive float less than or equal to 1.0", MIN_TOP_P)
     if top_k > 0 and top_p > 0.0:
         raise BadRequest("cannot set both top-k and top-p samplings.")
     top_p_decay = data.get("top_p_decay", 0.0)
@@ -120,7 +120,8 @@ def parse_api_request(data, limits: Limits) -> tuple[list[str], bool, SamplingPa
     add_bos = check_bool(data, "add_BOS")
     if any(not p for p in prompts) and not add_bos:
         raise BadRequest("Empty prompts require add_BOS=true")
-    flags = {name: check_bool(data, name) for name in ("stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon", "no_log")}
+    flags = {name: check_bool(data, name)
+             for name in ("stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon", "no_log")}
     seed = check_seed(data.get("random_seed", -1), "random_seed", -1, "random_seed must be integer")
     # Beam search, checked as Megatron checks it. Without beam_width, stop_token and length_penalty are
     # checked and have no effect, as in Megatron.
@@ -181,8 +182,8 @@ def parse_completion_request(data, limits: Limits) -> tuple[list[str], bool, boo
         raise BadRequest("max_tokens must be an integer greater than or equal to 0")
     temperature = check_sampling_value(data.get("temperature", 1.0), "temperature", 2.0, True,
                               "temperature must be a number between 0 and 2", MIN_TEMPERATURE)
-    top_p = check_sampling_value(data.get("top_p", 1.0), "top_p", 1.0, False, "top_p must be a number greater than 0 and at most 1",
-                        MIN_TOP_P)
+    top_p = check_sampling_value(data.get("top_p", 1.0), "top_p", 1.0, False,
+                                 "top_p must be a number greater than 0 and at most 1", MIN_TOP_P)
     top_k = data.get("top_k", 0)
     if not is_int(top_k) or not 0 <= top_k <= 1000:
         raise BadRequest("top_k must be an integer between 0 and 1000")

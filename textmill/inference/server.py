@@ -225,7 +225,7 @@ class Batcher:
             started = time.perf_counter()
             try:
                 out = self.generator([p for item in batch for p in item.prompts], batch[0].params,
-                                     lambda: all(item.gone.is_set() for item in batch))
+                                     lambda batch=batch: all(item.gone.is_set() for item in batch))
             except Cancelled:
                 self.stopped_batches += 1
                 continue
@@ -391,7 +391,6 @@ def make_server(generator: TextGenerator, host: str = "127.0.0.1", port: int = 5
     server.stats = {"requests": 0, "errors": 0, "completions": 0, "busy": 0, "abandoned": 0}
     server.stats_lock = threading.Lock()
     return server
-
 
 
 def serve_until_stopped(server: Server) -> float:

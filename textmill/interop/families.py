@@ -117,13 +117,14 @@ class Family:
 
 class GPT2(Family):
     def matches(self, c: GPTConfig) -> bool:
-        return ((c.position_embedding, c.normalization, c.bias, c.kv_heads) == ("learned", "layernorm", True, c.num_attention_heads)
-                and c.activation in GPT2_ACTIVATIONS and simple_block(c) and c.qkv_bias)
+        return ((c.position_embedding, c.normalization, c.bias) == ("learned", "layernorm", True)
+                and c.kv_heads == c.num_attention_heads and c.activation in GPT2_ACTIVATIONS and simple_block(c) and c.qkv_bias)
 
     def hf_settings(self, c: GPTConfig) -> dict:
         return {"n_positions": c.max_position_embeddings, "n_embd": c.hidden_size, "n_layer": c.num_layers,
-                "n_head": c.num_attention_heads, "n_inner": c.ffn_hidden_size, "activation_function": GPT2_ACTIVATIONS[c.activation],
-                "layer_norm_epsilon": c.norm_epsilon, "resid_pdrop": c.hidden_dropout, "embd_pdrop": c.hidden_dropout,
+                "n_head": c.num_attention_heads, "n_inner": c.ffn_hidden_size,
+                "activation_function": GPT2_ACTIVATIONS[c.activation], "layer_norm_epsilon": c.norm_epsilon,
+                "resid_pdrop": c.hidden_dropout, "embd_pdrop": c.hidden_dropout,
                 "attn_pdrop": c.attention_dropout, "scale_attn_weights": True}
 
     def config_from_hf(self, hf: dict, padded_vocab: int) -> GPTConfig:
@@ -185,8 +186,9 @@ class Llama(Family):
         heads = hf["num_attention_heads"]
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
         one_line(self.title, [
-            f"head_dim {hf['head_dim']} != hidden / heads" if (hf.get("head_dim") or hf["hidden_size"] // heads) * heads != hf["hidden_size"] else "",
+            f"head_dim {head_dim} != hidden / heads" if head_dim * heads != hf["hidden_size"] else "",
             f"rope type {rope_type!r} (default or llama3)" if rope_type not in ("default", "llama3") else "",
             f"activation {hf.get('hidden_act')!r}" if hf.get("hidden_act", "silu") != "silu" else "",
             *self.problems(hf)])
@@ -234,15 +236,18 @@ class GPTNeoX(Family):
     """Partial RoPE, LayerNorm, GELU, biases, an untied output, a parallel residual or not."""
 
     def matches(self, c: GPTConfig) -> bool:
-        return (rope_layernorm(c) and c.activation == "gelu" and not (c.rotary_interleaved or c.shared_input_norm or c.output_bias)
+        return (rope_layernorm(c) and c.activation == "gelu"
+                and not (c.rotary_interleaved or c.shared_input_norm or c.output_bias)
                 and c.attention_bias == c.qkv_bias == c.bias)
 
     def hf_settings(self, c: GPTConfig) -> dict:
         return {"hidden_size": c.hidden_size, "intermediate_size": c.ffn_hidden_size, "num_hidden_layers": c.num_layers,
-                "num_attention_heads": c.num_attention_heads, "hidden_act": "gelu", "max_position_embeddings": c.max_position_embeddings,
+                "num_attention_heads": c.num_attention_heads, "hidden_act": "gelu",
+                "max_position_embeddings": c.max_position_embeddings,
                 "layer_norm_eps": c.norm_epsilon, "use_parallel_residual": c.parallel_residual, "attention_bias": True,
                 "rotary_pct": c.rotary_percent, "rotary_emb_base": c.rope_theta,
-                "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta, "partial_rotary_factor": c.rotary_percent},
+                "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta,
+                                    "partial_rotary_factor": c.rotary_percent},
                 "hidden_dropout": c.hidden_dropout, "attention_dropout": c.attention_dropout}
 
     def config_from_hf(self, hf: dict, padded_vocab: int) -> GPTConfig:

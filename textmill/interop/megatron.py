@@ -242,7 +242,8 @@ def megatron_args(args, file: Path) -> dict:
             raise TextmillError(f"{file}: its args have no {name} (the model's shape); give a checkpoint with its args")
 
     unlike = [what for what, differs in (
-        (f"position embeddings {get('position_embedding_type')!r}", get("position_embedding_type", "learned_absolute") != "learned_absolute"),
+        (f"position embeddings {get('position_embedding_type')!r}",
+         get("position_embedding_type", "learned_absolute") != "learned_absolute"),
         (f"normalization {get('normalization')!r}", get("normalization", "LayerNorm") != "LayerNorm"),
         ("SwiGLU", get("swiglu", False)), ("grouped-query attention", get("group_query_attention", False)),
         ("untied output layer", get("untie_embeddings_and_output_weights", False)),

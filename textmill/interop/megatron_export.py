@@ -79,7 +79,7 @@ def write_shards(folder: Path, ours: dict, words: torch.Tensor, args: argparse.N
                 module = legacy if names == "legacy" else GPT2.megatron_core_block[ours_name]
                 for kind in ("weight", "bias"):
                     whole = ours[f"blocks.{stage * per_stage + local}.{ours_name}.{kind}"]
-                    for body, part in zip(bodies, split_tensor_parallel(f"{legacy}.{kind}", whole, tp)):
+                    for body, part in zip(bodies, split_tensor_parallel(f"{legacy}.{kind}", whole, tp), strict=True):
                         body[f"layers.{local}.{module}.{kind}"] = part
         if stage == pp - 1:
             for body in bodies:

@@ -6,13 +6,13 @@ extension_blacklisted=<ext>, duplicate. (The reference drops only URLs of 8 char
 control_character keep from the scrape what no server answers: browsers and servers stop near 2 to 8 KB. They
 are fixed rules, in no key, so lists blacklisted before them are not redone.)
 
-A list is plain text, a URL a line, or JSON lines (LIST.jsonl, compressed or not), a record a line: its `url`,
-and whatever else it holds (what `textmill reddit-urls` writes: the submission's id, score, subreddit and time)
-kept as the URL's `metadata`, which the scrape carries on to its document. A JSON-lines line can also be
-invalid_json, invalid_unicode or no_url (a record without a string `url`). Unlike the reference, the kept URLs keep their input order (the reference writes a set, whose
-order changes from run to run), URLs are normalised before the duplicate check, and each unit of an input
-list (textmill.pipeline.units: at most `urls_per_shard` lines) becomes one output shard, so a list
-added later leaves the shards of the earlier ones untouched.
+A list is plain text, a URL a line, or JSON lines (LIST.jsonl, compressed or not), a record a line: its `url`, and
+whatever else it holds (what `textmill reddit-urls` writes: the submission's id, score, subreddit and time) kept as
+the URL's `metadata`, which the scrape carries on to its document. A JSON-lines line can also be invalid_json,
+invalid_unicode or no_url (a record without a string `url`). Unlike the reference, the kept URLs keep their input
+order (the reference writes a set, whose order changes from run to run), URLs are normalised before the duplicate
+check, and each unit of an input list (textmill.pipeline.units: at most `urls_per_shard` lines) becomes one output
+shard, so a list added later leaves the shards of the earlier ones untouched.
 
 A URL kept from an earlier unit (of its own list or an earlier one, or earlier in its own unit) is a
 duplicate: the first occurrence in file order wins. That check is map/reduce, so that many workers share
@@ -262,7 +262,7 @@ def find_duplicates(checked_files: list[Path], partition: int, output: Path) -> 
         if group is None:
             continue
         part = pq.ParquetFile(ids_path(checked)).read_row_group(group)
-        for uid, position in zip(part["id"].to_pylist(), part["position"].to_pylist()):
+        for uid, position in zip(part["id"].to_pylist(), part["position"].to_pylist(), strict=True):
             if uid in seen:
                 files.append(number)
                 positions.append(position)

@@ -112,7 +112,7 @@ def build_eval_ngrams(paths: tuple[Path, ...], stamps: tuple, max_ngram: int, mi
     texts = [words for words in texts if len(words) >= min_ngram]
     grams: set[tuple[str, ...]] = set()
     for words in texts:  # zip makes the n-gram tuples in C
-        grams.update(zip(*(words[k:] for k in range(max_ngram))) if len(words) >= max_ngram else [tuple(words)])
+        grams.update(zip(*(words[k:] for k in range(max_ngram)), strict=False) if len(words) >= max_ngram else [tuple(words)])
     if not grams:
         raise TextmillError(f"the evaluation set(s) gave no n-grams (no text of {min_ngram} words or more)")
     lengths = sorted({min(len(words), max_ngram) for words in texts})  # the n-grams' lengths

@@ -17,10 +17,10 @@ corpus in memory:
 3. `band_pairs`, per band: a streaming merge of every shard's sorted runs; documents with equal keys are
    candidates, each paired with the first of them. Memory: STREAM_ROWS keys per run, plus the pairs.
 4. `cluster_pairs`, once: candidate pairs confirmed, the words' hash band's by the whole hash, the LSH
-   bands' by the Jaccard similarity the signatures estimate (>= threshold), joined by union-find; only the candidates' signatures are read, so memory follows the
-   duplicates, not the documents. The keeper of a cluster is its first document in corpus order (sorted
-   shard name, then row): deterministic, and older shards keep their documents when new ones arrive.
-   The same id in two shards (the id band's pairs) is an error.
+   bands' by the Jaccard similarity the signatures estimate (>= threshold), joined by union-find; only the candidates'
+   signatures are read, so memory follows the duplicates, not the documents. The keeper of a cluster is its first
+   document in corpus order (sorted shard name, then row): deterministic, and older shards keep their documents when
+   new ones arrive. The same id in two shards (the id band's pairs) is an error.
 5. `filter_shard`, per shard: documents that are not keepers are rejected with `exact_duplicate_of=<id>`
    when their words are the keeper's, else `near_duplicate_of=<id>`.
 
@@ -201,7 +201,9 @@ def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
 def band_stream(path: Path, metadata, group: int, shard: int) -> Iterator[tuple[int, int, int]]:
     """(key, shard, row) of one sorted run of one band of a shard (a row group of its keys file, whose
     metadata the shard's streams share), STREAM_ROWS at a time."""
-    for batch in pq.ParquetFile(path, metadata=metadata).iter_batches(batch_size=STREAM_ROWS, row_groups=[group], columns=["key", "row"]):
+    batches = pq.ParquetFile(path, metadata=metadata).iter_batches(batch_size=STREAM_ROWS, row_groups=[group],
+                                                                   columns=["key", "row"])
+    for batch in batches:
         yield from zip(batch.column(0).to_pylist(), itertools.repeat(shard), batch.column(1).to_pylist())
 
 
@@ -213,9 +215,9 @@ def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:
     records = [read_json(bands_record(f)) for f in bands_files]
     offsets = np.concatenate([[0], np.cumsum([r["rows"] for r in records])]).astype(np.int64)
     allow_open_files(sum(len(r["runs"]) for r in records))
-    metadata = [pq.read_metadata(f) if len(r["runs"]) > 1 else None for f, r in zip(bands_files, records)]
+    metadata = [pq.read_metadata(f) if len(r["runs"]) > 1 else None for f, r in zip(bands_files, records, strict=True)]
     streams = [band_stream(f, metadata[s], run * r["bands"] + band, s)
-               for s, (f, r) in enumerate(zip(bands_files, records)) for run in range(len(r["runs"]))]
+               for s, (f, r) in enumerate(zip(bands_files, records, strict=True)) for run in range(len(r["runs"]))]
     pairs, previous, first = [], None, 0
     for key, shard, row in heapq.merge(*streams):  # by key, then shard, then row: corpus order within a key
         number = int(offsets[shard]) + row
@@ -258,7 +260,7 @@ def documents_of(numbers: np.ndarray, signature_files: list[Path], counts: list[
     hashes: list[bytes] = []
     sigs = np.zeros((len(numbers), num_perm), np.uint32)
     offset = 0
-    for path, count in zip(signature_files, counts):
+    for path, count in zip(signature_files, counts, strict=True):
         here = numbers[(numbers >= offset) & (numbers < offset + count)] - offset
         if len(here):
             for first, group_ids, group_sigs, group_hashes in signature_groups(path, num_perm, here):
@@ -279,7 +281,7 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], exact_pair_
     same_id = read_pairs(id_pair_files)
     if len(same_id):
         numbers = np.unique(same_id.ravel())
-        ids = dict(zip(numbers.tolist(), documents_of(numbers, signature_files, counts, cfg.num_perm)[0]))
+        ids = dict(zip(numbers.tolist(), documents_of(numbers, signature_files, counts, cfg.num_perm)[0], strict=True))
         if any(ids[a] == ids[b] for a, b in same_id.tolist()):
             raise TextmillError("duplicate document ids across shards: the same URL was scraped twice")
     pairs = np.unique(read_pairs(pair_files), axis=0)
@@ -316,7 +318,8 @@ def cluster_pairs(pair_files: list[Path], id_pair_files: list[Path], exact_pair_
 
 
 def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
-    """The clusters record (.clusters.json): the duplicates (id: keeper id), the counts and the parameters, whoever ran the steps."""
+    """The clusters record (.clusters.json): the duplicates (id: keeper id), the counts and the parameters, whoever
+    ran the steps."""
     write_json({**clusters, "params": cfg.params()}, path)
 
 

@@ -173,7 +173,7 @@ class ExtractorPool:
             self._idle.put(worker)
 
     def close(self) -> None:
-        for process, conn in self._all:
+        for _, conn in self._all:
             conn.close()  # the worker sees EOF and returns
         for process, _ in self._all:
             process.join(timeout=5)

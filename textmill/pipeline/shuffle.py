@@ -101,7 +101,7 @@ def scatter_shard(shard: Path, output: Path, num_shards: int, seed: int, max_doc
                 order = np.argsort(buckets, kind="stable")
                 table, buckets = table.take(order), buckets[order]
                 starts = np.flatnonzero(np.diff(buckets, prepend=-1))
-                for start, end in zip(starts, [*starts[1:], len(buckets)]):
+                for start, end in zip(starts, [*starts[1:], len(buckets)], strict=True):
                     held.setdefault(int(buckets[start]), []).append(table.slice(start, end - start))
                 held_bytes += table.nbytes
                 rows += table.num_rows
@@ -119,7 +119,7 @@ def gather_bucket(scattered: list[Path], bucket: int, output: Path, num_shards: 
     """Output shard `bucket`: that bucket's rows of every scattered shard, in the order given, permuted with
     (seed, bucket); bad input records go to its rejects. Returns its manifest."""
     parts, records = [], [scatter_record(s) for s in scattered]
-    for path, record_file in zip(scattered, records):
+    for path, record_file in zip(scattered, records, strict=True):
         record = read_json_record(record_file, "scatter that shard again")
         if record is None:
             raise TextmillError(f"{path} has no whole scatter record; scatter its input again")

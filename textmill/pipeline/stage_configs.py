@@ -73,8 +73,10 @@ class WarcConfig(StageConfig):
 
 @dataclass(frozen=True)
 class BlacklistConfig(StageConfig):
-    domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the bundled list)")
-    extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to the bundled list)")
+    domain_blacklist: tuple[Path, ...] = setting((), "extra files of domain labels to block, one a line (added to the "
+                                                 "bundled list)")
+    extension_blacklist: tuple[Path, ...] = setting((), "extra files of file extensions to block, one a line (added to "
+                                                    "the bundled list)")
     broader_lists: bool = setting(False, "also block textmill's broader lists (35 more media, shop and social sites; "
                                   "23 more file types) beside Megatron-LM's, which are the default")
     urls_per_shard: int = setting(10_000, "lines of a URL list per unit of work: each list is cut into shards of at most "

@@ -1,11 +1,11 @@
 """A document's words as integer ids, and the n-gram counts the repetition rules ask of them, computed on
 arrays (numpy) instead of one joined string per n-gram position.
 
-Each word gets the position of its first occurrence as its id, so equal words have equal ids. An n-gram's
-key is exact: its words' ids packed into one integer, so equal word tuples, and only they, share a key. Gopher's duplicate n-grams compare the words joined *without*
-spaces, where different tuples can spell the same string ("ab c", "a bc"): there a 64-bit polynomial hash of
-the spelled characters groups the positions, and a repeat is confirmed by comparing the strings, so the
-answer is the one the string definition gives, exactly.
+Each word gets the position of its first occurrence as its id, so equal words have equal ids. An n-gram's key is
+exact: its words' ids packed into one integer, so equal word tuples, and only they, share a key. Gopher's duplicate
+n-grams compare the words joined *without* spaces, where different tuples can spell the same string ("ab c", "a bc"):
+there a 64-bit polynomial hash of the spelled characters groups the positions, and a repeat is confirmed by comparing
+the strings, so the answer is the one the string definition gives, exactly.
 """
 
 from __future__ import annotations

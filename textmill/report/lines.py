@@ -111,7 +111,7 @@ def tokenize_line(m: dict, datasets: list[str], rejects: Path, seconds: float) -
     c = m["counts"]
     reasons = ", ".join(f"{k} {v}" for k, v in m["reasons"].items()) or "none"
     where = f"; first: {m['first_rejects'][0]} (all in {rejects})" if c["rejected"] else ""
-    tokens = ", ".join(f"{d}.bin/.idx {n:,} tokens" for d, n in zip(datasets, c["tokens"].values()))
+    tokens = ", ".join(f"{d}.bin/.idx {n:,} tokens" for d, n in zip(datasets, c["tokens"].values(), strict=True))
     return (f"tokenize: {len(m['inputs'])} file(s), {c['input']} documents in, {c['kept']} written, "
             f"{c['rejected']} rejected ({reasons}{where})\n  {tokens} ({m['params']['dtype']}), "
             f"{m['mb_per_s']} MB/s {seconds_tag(seconds)}")

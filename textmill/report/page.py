@@ -35,10 +35,10 @@ def funnel_chart(funnel: list[StageCounts]) -> str:
     rejected = [s.rejected for s in funnel][::-1]
     ax.barh(names, kept, color="#4c72b0", label="kept")
     ax.barh(names, rejected, left=kept, color="#dd8452", label="rejected")
-    for y, (k, r) in enumerate(zip(kept, rejected)):
+    for y, (k, r) in enumerate(zip(kept, rejected, strict=True)):
         ax.text(k + r, y, f" {k:,} kept / {r:,} rejected", va="center", fontsize=8)
     ax.set_xlabel("records")
-    ax.set_xlim(0, max(k + r for k, r in zip(kept, rejected)) * 1.45 or 1)
+    ax.set_xlim(0, max(k + r for k, r in zip(kept, rejected, strict=True)) * 1.45 or 1)
     ax.legend(loc="lower right", fontsize=8)
     return png(fig)
 
@@ -73,15 +73,15 @@ def training_chart(metrics: list[dict]) -> str:
     train = [(m["iteration"], m["lm_loss"]) for m in metrics if m.get("lm_loss") is not None]
     valid = [(m["iteration"], m["valid_loss"]) for m in metrics if m.get("valid_loss") is not None]
     if train:
-        loss.plot(*zip(*train), marker=".", label="training loss")
+        loss.plot(*zip(*train, strict=True), marker=".", label="training loss")
     if valid:
-        loss.plot(*zip(*valid), marker="o", label="validation loss")
+        loss.plot(*zip(*valid, strict=True), marker="o", label="validation loss")
     loss.set_ylabel("cross-entropy (nats per token)")
     loss.legend(fontsize=8)
     for ax, key, label in ((lr, "lr", "learning rate"), (speed, "tokens_per_s", "tokens/s")):
         points = [(m["iteration"], m[key]) for m in metrics if m.get(key) is not None]
         if points:
-            ax.plot(*zip(*points), color="#55a868")
+            ax.plot(*zip(*points, strict=True), color="#55a868")
         ax.set_ylabel(label)
     for ax in (loss, lr, speed):
         ax.set_xlabel("iteration")
@@ -210,7 +210,8 @@ def stage_examples(shards: list[Path], reasons: list[str]) -> dict:
             kept.append(example(row))
     rejected: dict[str, list[dict]] = {reason: [] for reason in reasons}
     for shard in shards[:SCANNED_SHARDS]:
-        if all(len(rows) == REJECTED_EXAMPLES for rows in rejected.values()) or not earlier_or_current(rejects_path(shard)).exists():
+        full = all(len(rows) == REJECTED_EXAMPLES for rows in rejected.values())
+        if full or not earlier_or_current(rejects_path(shard)).exists():
             continue
         for row in read_rows(earlier_or_current(rejects_path(shard))):
             rows = rejected.get(reason_key(row["reason"]))

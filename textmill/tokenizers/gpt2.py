@@ -72,7 +72,7 @@ class ReferenceBPE:
             return self.cache[token]
         word = tuple(token)
         while len(word) > 1:
-            pairs = set(zip(word, word[1:]))
+            pairs = set(zip(word, word[1:], strict=False))
             bigram = min(pairs, key=lambda pair: self.bpe_ranks.get(pair, float("inf")))
             if bigram not in self.bpe_ranks:
                 break

@@ -79,10 +79,10 @@ def _parquet_records(path: Path, keys: tuple[str, ...]) -> Iterator[Record]:
     row = 0
     for batch in parquet_batches(pf, _PARQUET_ROWS, list(keys)):
         columns = [batch.column(k).to_pylist() for k in keys]
-        for texts in zip(*columns):
+        for texts in zip(*columns, strict=True):
             row += 1
             where = f"{path.name}:row {row}"
-            bad = [k for k, t in zip(keys, texts) if not isinstance(t, str)]
+            bad = [k for k, t in zip(keys, texts, strict=True) if not isinstance(t, str)]
             if bad:
                 yield Record(where, None, f"non_string={bad[0]}", 0)
             else:
@@ -116,7 +116,7 @@ def _encode_batch(tokenizer: GPT2Tokenizer, texts: list[str], wheres: list[str],
     parts = []
     lengths = []
     eod_part = np.array([eod if eod is not None else 0], dtype=np.uint32)
-    for text, where in zip(texts, wheres):
+    for text, where in zip(texts, wheres, strict=True):
         try:
             ids = tokenizer.encode_array(text)
         except (KeyboardInterrupt, SystemExit):
@@ -173,7 +173,7 @@ def tokenize_files(
     def write_oldest() -> None:
         nonlocal docs, nbytes, last_where
         batch, size, futures = pending.popleft()
-        for key, writer, future in zip(keys, writers, futures):
+        for key, writer, future in zip(keys, writers, futures, strict=True):
             flat, lengths = future.result()
             writer.add_documents(flat, lengths)
             tokens_by_key[key] += len(flat)

@@ -351,7 +351,8 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
         try:
             state = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for truncated or foreign files
-            raise TextmillError(f"{file}: not a readable checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+            reason = str(exc).splitlines()[0][:200]
+            raise TextmillError(f"{file}: not a readable checkpoint ({type(exc).__name__}: {reason})") from None
         tensors = {k: v for k, v in state.items() if isinstance(v, dict) and k in ("model", "optimizer_state", "rng")}
         ckpt = Checkpoint(path, {k: v for k, v in state.items() if k not in tensors}, "torch", tensors)
     for key in ("model_config", "iteration"):

@@ -141,7 +141,7 @@ class GPTDataset:
                 marker.unlink()
         arrays = build_indices(self.data.lengths, documents, self.seq_len, num_samples, seed)
         cache_dir.mkdir(parents=True, exist_ok=True)
-        for name, arr in zip(names, arrays):
+        for name, arr in zip(names, arrays, strict=True):
             tmp = Path(f"{base}-{name}.tmp-{os.getpid()}.npy")
             np.save(tmp, arr, allow_pickle=False)
             os.replace(tmp, f"{base}-{name}.npy")
@@ -208,11 +208,13 @@ def build_splits(data_config: DataConfig, num_samples: list[int], cache: bool = 
             continue
         cache_dirs = [Path(ds.prefix).parent / "index-cache" if cache else None for ds in datasets]
         if len(datasets) == 1:
-            out.append(GPTDataset(datasets[0], name, ranges[0][s], data_config.seq_len, num_samples[s], data_config.seed, data_config.split, cache_dirs[0]))
+            out.append(GPTDataset(datasets[0], name, ranges[0][s], data_config.seq_len, num_samples[s], data_config.seed,
+                                  data_config.split, cache_dirs[0]))
             continue
-        weights = data_config.weights or normalize([int(ds.lengths[r[s]].sum(dtype=np.int64)) for ds, r in zip(datasets, ranges)])
+        weights = data_config.weights or normalize([int(ds.lengths[r[s]].sum(dtype=np.int64))
+                                                    for ds, r in zip(datasets, ranges, strict=True)])
         sizes = samples_per_dataset(weights, num_samples[s])
         parts = [GPTDataset(ds, name, r[s], data_config.seq_len, n, data_config.seed, data_config.split, c)
-                 for ds, r, n, c in zip(datasets, ranges, sizes, cache_dirs)]
+                 for ds, r, n, c in zip(datasets, ranges, sizes, cache_dirs, strict=True)]
         out.append(BlendedDataset(parts, weights, num_samples[s]))
     return out

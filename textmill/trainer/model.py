@@ -185,7 +185,8 @@ class MLP(nn.Module):
         super().__init__()
         self.config = config
         self.fc1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.bias)
-        self.gate = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.bias) if config.activation == "swiglu" else None
+        swiglu = config.activation == "swiglu"
+        self.gate = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.bias) if swiglu else None
         self.fc2 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -225,7 +226,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.position_embedding == "learned" else None
+        learned = config.position_embedding == "learned"
+        self.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size) if learned else None
         self.drop = nn.Dropout(config.hidden_dropout)
         # Keyed by layer number, so a pipeline stage holding layers 6-11 still names them blocks.6...blocks.11.
         self.blocks = nn.ModuleDict({str(i): Block(config) for i in range(config.num_layers)})
@@ -281,7 +283,7 @@ class GPT(nn.Module):
         self.to_empty(device=device)
         if self.config.position_embedding == "rope":
             with torch.no_grad():  # made on the CPU, as in __init__: the same tables on every device
-                for buffer, table in zip((self.rope_cos, self.rope_sin), rope_tables(self.config)):
+                for buffer, table in zip((self.rope_cos, self.rope_sin), rope_tables(self.config), strict=True):
                     buffer.copy_(table)
 
     @classmethod
@@ -340,8 +342,9 @@ def training_flops(config: GPTConfig, batch: int, seq_len: int) -> float:
     """Model FLOPs of one training step on `batch` sequences: 3 x the forward pass (backward = 2 x forward),
     no recomputation counted, matrix multiplications only (2 FLOPs per multiply-add):
         forward = L * (2 B s h (2h + kv) + 4 B s^2 h + 2 B s h f m) + 2 B s h V
-    (Q, K, V and output projections, kv = the key and value widths, 2h without grouped-query attention; attention scores and their weighted sum; the MLP with f = ffn size and
-    m = 2 matrices, 3 for SwiGLU; the logits). For GPT-2 (f = 4h) this is Megatron's
+    (Q, K, V and output projections, kv = the key and value widths, 2h without grouped-query attention; attention
+    scores and their weighted sum; the MLP with f = ffn size and m = 2 matrices, 3 for SwiGLU; the logits). For GPT-2
+    (f = 4h) this is Megatron's
     72 B s L h^2 (1 + s / (6h) + V / (12 L h)) (Narayanan et al. 2021, without the recomputation pass)."""
     B, s, L, h, V, f = batch, seq_len, config.num_layers, config.hidden_size, config.vocab_size, config.ffn_hidden_size
     m = 3 if config.activation == "swiglu" else 2

@@ -22,10 +22,12 @@ def parameter_groups(params: list[nn.Parameter], weight_decay: float) -> list[di
     for p in params:
         if p.requires_grad:
             groups.setdefault((p.ndim >= 2, isinstance(p, DTensor)), []).append(p)
-    return [{"params": ps, "weight_decay": weight_decay if decay else 0.0} for (decay, _), ps in sorted(groups.items(), reverse=True)]
+    return [{"params": ps, "weight_decay": weight_decay if decay else 0.0}
+            for (decay, _), ps in sorted(groups.items(), reverse=True)]
 
 
-def make_optimizer(params: list[nn.Parameter], lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
+def make_optimizer(params: list[nn.Parameter], lr: float, weight_decay: float, betas: tuple[float, float],
+                   eps: float) -> torch.optim.Optimizer:
     """torch's AdamW: fused where it may be (one kernel over all of a group's tensors, DTensors included),
     else multi-tensor (foreach). Never NVIDIA Apex's FusedAdam, though NVIDIA's containers ship it: its
     kernel takes `p.data` lists, which a DTensor's storage-less wrapper cannot give (FSDP2, tensor and

@@ -331,7 +331,8 @@ class Trainer:
                     tflops = flops_per_iter / seconds / 1e12
                     record = {"iteration": it, "lm_loss": loss, "lr": step["lr"], "grad_norm": step["grad_norm"].item(),
                               "tokens_per_s": tokens_per_iter / seconds, "tflops": tflops,
-                              "mfu": tflops / (self.peak * self.dims.world) if self.peak else None, "skipped_iterations": self.state.skipped,
+                              "mfu": tflops / (self.peak * self.dims.world) if self.peak else None,
+                              "skipped_iterations": self.state.skipped,
                               "ms_per_iter": 1000 * seconds}
                     if step["loss_scale"] is not None:
                         record["loss_scale"] = step["loss_scale"]
@@ -344,7 +345,8 @@ class Trainer:
                     self.log(record, bar)
                     sinks.write(record)
                 stop = bool(config.exit_interval) and it % config.exit_interval == 0
-                if config.save and ((config.save_interval and it % config.save_interval == 0) or it == config.train_iters or stop):
+                interval = config.save_interval and it % config.save_interval == 0
+                if config.save and (interval or it == config.train_iters or stop):
                     self.save()
                     saved_at = it
                 if stop:

@@ -168,8 +168,8 @@ class TrainConfig(Settings):
     cpu_offload_activations: bool = setting(
         False, "keep the activations the backward pass needs in pinned host memory instead of GPU memory, copied "
         "there on a CUDA stream of their own while the next layer computes: frees GPU memory that grows with batch x "
-        "sequence x layers, at the cost of copying them over PCIe and back each step; combines with recomputation (then only the recomputed blocks' inputs move). On a "
-        "CPU it changes nothing", group=PARALLEL)
+        "sequence x layers, at the cost of copying them over PCIe and back each step; combines with recomputation "
+        "(then only the recomputed blocks' inputs move). On a CPU it changes nothing", group=PARALLEL)
     distributed_timeout_minutes: float = setting(10.0, "a collective waiting longer than this (a lost peer) fails the "
                                                  "run instead of hanging", above=0, group=PARALLEL, keyed=False)
     # checkpoints and logging
@@ -309,7 +309,8 @@ def model_config(config: TrainConfig, vocab_size: int) -> GPTConfig:
         if getattr(config, name) is not None:
             sizes[name] = getattr(config, name)
     if sizes["hidden_size"] % sizes["num_attention_heads"]:
-        raise TextmillError(f"--hidden-size {sizes['hidden_size']} is not divisible by --num-attention-heads {sizes['num_attention_heads']}")
+        raise TextmillError(f"--hidden-size {sizes['hidden_size']} is not divisible by --num-attention-heads "
+                            f"{sizes['num_attention_heads']}")
     return GPTConfig(
         vocab_size=padded_vocab_size(vocab_size, config.make_vocab_size_divisible_by),
         ffn_hidden_size=config.ffn_hidden_size,
@@ -367,7 +368,8 @@ def check_config(config: TrainConfig, world: int, vocab_size: int,
     """The checks that need neither data nor a device, so a bad setting is refused before any work (also
     when `textmill run` reads [train]): the model config (`model`, else the one the settings describe), the
     parallel layout and the sequence length."""
-    if config.fp16 and (config.use_distributed_optimizer or config.tensor_model_parallel_size > 1 or config.pipeline_model_parallel_size > 1):
+    if config.fp16 and (config.use_distributed_optimizer or config.tensor_model_parallel_size > 1
+                        or config.pipeline_model_parallel_size > 1):
         raise TextmillError("--fp16 is supported with plain data parallelism only (its overflow check is per rank); use --bf16")
     model = model or model_config(config, vocab_size)
     dims = parallel_dims(config, world)

@@ -314,5 +314,3 @@ def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> R
     ok = all(target.complete() for target in targets)
     record = run_record(config, name, started_at, time.perf_counter() - started, ok)
     return RunResult(ok, summary, record, record_run(config, record))
-
-

@@ -2,8 +2,8 @@
 itself, all asking one scheduler for work.
 
 Luigi's own `workers=N` starts a process per task: each paid a fork, the imports its stage needs (datasketch,
-pandas through pyarrow where it is installed: most of a small task's time) and an exit, so a second worker made a stage slower. Here
-the processes are forked once, after this one has walked the graph and imported its tasks' libraries
+pandas through pyarrow where it is installed: most of a small task's time) and an exit, so a second worker made a
+stage slower. Here the processes are forked once, after this one has walked the graph and imported its tasks' libraries
 (framework.warm), which they inherit. One of them schedules the graph (an add_task per task); the others are
 Luigi's assistants, which run whatever the scheduler hands them, so the graph is registered once per command,
 not once per worker. They share a scheduler served from a thread of this process on 127.0.0.1 (Luigi's own

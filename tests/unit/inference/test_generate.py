@@ -14,22 +14,23 @@ def test_cached_generation_equals_recomputing_the_prefix(request, family):
     local = Local(request.getfixturevalue(f"{family}_ckpt"))
     cached = local(PROMPTS, tokens_to_generate=30, top_k=1, logprobs=True)
     plain = local(PROMPTS, tokens_to_generate=30, top_k=1, logprobs=True, use_cache=False)
-    for c, p, prompt in zip(cached, plain, PROMPTS):
+    for c, p, prompt in zip(cached, plain, PROMPTS, strict=True):
         assert c.tokens == p.tokens and c.finish_reason == p.finish_reason
         assert c.tokens[: c.prompt_length] == local.tokenizer.encode(prompt)
         assert len(c.logprobs) == len(c.tokens) - 1
-        assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True)) < 1e-4
     # Sampled, too: the same seed draws the same tokens with and without the cache.
     sampled = local(PROMPTS, tokens_to_generate=30, top_p=0.9, seed=5)
-    assert [g.tokens for g in sampled] == [g.tokens for g in local(PROMPTS, tokens_to_generate=30, top_p=0.9, seed=5, use_cache=False)]
+    again = local(PROMPTS, tokens_to_generate=30, top_p=0.9, seed=5, use_cache=False)
+    assert [g.tokens for g in sampled] == [g.tokens for g in again]
 
 
 def test_batched_prompts_of_different_lengths_generate_as_each_alone(gpt2):
     batch = gpt2(PROMPTS, tokens_to_generate=25, top_k=1, logprobs=True)
-    for prompt, together in zip(PROMPTS, batch):
+    for prompt, together in zip(PROMPTS, batch, strict=True):
         [alone] = gpt2([prompt], tokens_to_generate=25, top_k=1, logprobs=True)
         assert together.tokens == alone.tokens
-        assert max(abs(a - b) for a, b in zip(together.logprobs, alone.logprobs)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(together.logprobs, alone.logprobs, strict=True)) < 1e-4
         # Each generated exactly its own count (Megatron would give short prompts more), unless it hit the end.
         assert len(together.generated) == 25 or together.finish_reason == "eod"
 
@@ -60,7 +61,7 @@ def test_sampling_is_seeded_and_filters_as_asked(gpt2):
     with torch.no_grad():
         logits = gpt2.model(torch.tensor([g.tokens]))[0, :-1, : gpt2.tokenizer.vocab_size]
     top3 = logits.topk(3, dim=-1).indices[g.prompt_length - 1 :]
-    assert all(t in row.tolist() for t, row in zip(g.generated, top3))
+    assert all(t in row.tolist() for t, row in zip(g.generated, top3, strict=True))
 
 
 def test_stops_at_stop_strings_newlines_and_the_end_of_document(gpt2):
@@ -122,7 +123,7 @@ def test_beam_search_as_wide_as_the_tree_equals_exhaustive_search(tiny_model, le
                                 use_cache=use_cache)
         found = beam_search(tiny_model, prompt, params, 5, stop)
         assert [h.generated for h in found] == [c for _, c in expected]
-        assert max(abs(h.score - score) for h, (score, _) in zip(found, expected)) < 1e-4
+        assert max(abs(h.score - score) for h, (score, _) in zip(found, expected, strict=True)) < 1e-4
         assert all(h.tokens[:2] == prompt and h.finish_reason == ("stop" if h.tokens[-1] == stop else "length") for h in found)
 
 
@@ -158,7 +159,7 @@ def test_generation_asks_before_each_token_and_stops_when_told(gpt2, tiny_model)
     for after in (0, 3):
         asked = []
 
-        def stopped():
+        def stopped(asked=asked, after=after):
             asked.append(True)
             return len(asked) > after
 

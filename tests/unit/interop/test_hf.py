@@ -170,7 +170,8 @@ def test_import_hf_gptj_keeps_its_function_and_round_trips(tmp_path):
     import_hf(tmp_path / "hf", tmp_path / "ckpt")
     ours, ckpt = load_model(tmp_path / "ckpt")
     c = ours.config
-    assert (c.rotary_dim, c.rotary_interleaved, c.shared_input_norm, c.attention_bias, c.output_bias) == (4, True, True, False, True)
+    assert (c.rotary_dim, c.rotary_interleaved, c.shared_input_norm, c.attention_bias, c.output_bias) == (
+        4, True, True, False, True)
     assert (ckpt.meta["vocab_size"], ckpt.meta["tokenizer_vocab_size"], c.vocab_size) == (50400, 50257, 50432)
     assert ours.blocks["0"].norm2 is None and ours.blocks["0"].attn.qkv.bias is None
     tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))

@@ -101,7 +101,8 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
     original, _ = load_model(tmp_path / "ckpt")
     r = export_megatron(tmp_path / "ckpt", tmp_path / "out", tp, pp, names="legacy", fmt="torch")
-    assert r["padded_vocab_size"] % (128 * tp) == 0 and (tmp_path / "out" / "latest_checkpointed_iteration.txt").read_text() == "release"
+    assert r["padded_vocab_size"] % (128 * tp) == 0
+    assert (tmp_path / "out" / "latest_checkpointed_iteration.txt").read_text() == "release"
     shard = "mp_rank_00" + ("_000" if pp > 1 else "")
     state = read_megatron_file(tmp_path / "out" / "release" / shard / "model_optim_rng.pt")
     assert state["checkpoint_version"] == 3.0

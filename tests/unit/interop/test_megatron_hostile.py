@@ -56,10 +56,12 @@ def drop_tensor(state):
 TORCH_CASES = {  # name: (the rank-0 or rank-1 file's change, a part of the one error line)
     "a billion layers declared": (0, set_args(num_layers=10**9), "declares 1000000000 layers, its tensors hold 2"),
     "a width the tensors do not have": (0, set_args(hidden_size=4096), "blocks.0.attn.proj.bias is [32], the model's [4096]"),
-    "checkpoint_version 'three'": (0, lambda s: s.update(checkpoint_version="three"), "checkpoint_version 'three' is not a number"),
+    "checkpoint_version 'three'": (0, lambda s: s.update(checkpoint_version="three"),
+                                   "checkpoint_version 'three' is not a number"),
     "args without num_layers": (0, set_args(num_layers=None), "its args have no num_layers"),
     "a word embedding that is a string": (0, set_words("a string"), "embedding.word_embeddings.weight is a str, not a tensor"),
-    "a shard missing a layer's tensor": (1, drop_tensor, "mp_rank_01/model_optim_rng.pt: lacks layers.1.mlp.dense_h_to_4h.weight"),
+    "a shard missing a layer's tensor": (1, drop_tensor,
+                                         "mp_rank_01/model_optim_rng.pt: lacks layers.1.mlp.dense_h_to_4h.weight"),
 }
 
 

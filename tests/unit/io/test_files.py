@@ -35,6 +35,7 @@ def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.txt"]
 
+
 def test_a_damaged_record_is_said_once_and_read_as_missing(tmp_path, capsys):
     assert read_json_record(tmp_path / "nothing.json", "its task will run again") is None
     record = tmp_path / "manifest.json"

@@ -177,7 +177,8 @@ def test_a_list_cut_into_units_keeps_what_one_pass_over_it_keeps(tmp_path, urls_
     rejects = [pq.read_table(p).to_pylist() for p in sorted((cut / ".rejects").glob("*.parquet"))]
     whole_rejects = pq.read_table(whole / ".rejects" / "big-00000.parquet").to_pylist()
     assert sorted((r["source"], r["reason"]) for unit in rejects for r in unit) == sorted(
-        (r["source"], r["reason"]) for r in [*whole_rejects, *pq.read_table(whole / ".rejects" / "later-00000.parquet").to_pylist()])
+        (r["source"], r["reason"])
+        for r in [*whole_rejects, *pq.read_table(whole / ".rejects" / "later-00000.parquet").to_pylist()])
     first = manifests[0]["unit"]
     assert first == {"list": "big.txt", "number": 0, "first_line": 1, "lines": min(urls_per_shard, len(lines)),
                      "sha256": first["sha256"]}

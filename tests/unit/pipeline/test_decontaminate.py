@@ -31,6 +31,11 @@ def decontaminate_shards(shards, output, cfg):
     return run_stage("decontaminate", shards, output, {"decontaminate": cfg})
 
 
+def decontaminated(tmp_path, eval_file):
+    """The one input shard (in/d.jsonl) decontaminated against `eval_file` into out/."""
+    return decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(eval_file,)))
+
+
 def test_cuts_eval_passages_and_counts(tmp_path):
     rng = random.Random(4)
     evals = [synthweb.paragraph(rng, 4) for _ in range(11)] + [COMMON_PHRASE]
@@ -46,7 +51,7 @@ def test_cuts_eval_passages_and_counts(tmp_path):
     # there: not used for cutting
     rows += [{"id": f"common{i}", "text": clean(2) + " " + evals[11] + " " + clean(2)} for i in range(10)]
     write_jsonl(tmp_path / "in" / "d.jsonl", rows)
-    [m], info = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
+    [m], info = decontaminated(tmp_path, tmp_path / "eval.jsonl")
     kept = pq.read_table(tmp_path / "out" / "d.parquet").to_pylist()
     rejects = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / "out" / ".rejects" / "d.parquet").to_pylist()}
     assert rejects == {"only": "contaminated_no_clean_fragment", "many": "contaminated_too_many_pieces"}
@@ -66,7 +71,7 @@ def test_bad_eval_set_is_a_clear_error(tmp_path):
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "a", "text": "hello"}])
     (tmp_path / "eval.jsonl").write_text('{"text": "fine text here"}\n{oops\n')
     with pytest.raises(TextmillError, match="eval.jsonl:2: not valid JSON"):
-        decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
+        decontaminated(tmp_path, tmp_path / "eval.jsonl")
 
 
 def test_real_lambada_passage_is_removed(tmp_path):
@@ -77,7 +82,7 @@ def test_real_lambada_passage_is_removed(tmp_path):
     rng = random.Random(8)
     filler = " ".join(synthweb.prose(rng, 3))
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": "x", "text": filler + " " + passage + " " + filler}])
-    [m], _ = decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(TEST_DATA / "lambada_test.jsonl",)))
+    [m], _ = decontaminated(tmp_path, TEST_DATA / "lambada_test.jsonl")
     assert m["documents_touched"] == 1
     text = " ".join(r["text"] for r in pq.read_table(tmp_path / "out" / "d.parquet").to_pylist())
     assert passage[:100] not in text
@@ -100,7 +105,7 @@ def test_per_shard_steps_give_what_one_pass_gives(tmp_path):
 
     ngrams = eval_ngrams(cfg.eval_files, cfg)
     counts = [tmp_path / "steps" / f"{s.stem}.counts.json" for s in shards]
-    for shard, path in reversed(list(zip(shards, counts))):
+    for shard, path in reversed(list(zip(shards, counts, strict=True))):
         write_counts(count_matches(shard, ngrams, cfg.max_ngram), path)
     selected = select_from_counts(counts, cfg, tmp_path / "steps" / ".selected.json")
     chosen = read_selected(tmp_path / "steps" / ".selected.json", cfg)
@@ -214,11 +219,11 @@ def test_the_pieces_are_megatrons_and_a_planted_passage_goes(tmp_path):
     evals, docs = mixed_documents(random.Random(12))
     write_jsonl(tmp_path / "eval.jsonl", [{"text": t} for t in evals])
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)])
-    decontaminate_shards([tmp_path / "in" / "d.jsonl"], tmp_path / "out", DecontaminateConfig(eval_files=(tmp_path / "eval.jsonl",)))
+    decontaminated(tmp_path, tmp_path / "eval.jsonl")
     kept = pq.read_table(tmp_path / "out" / "d.parquet").to_pylist()
     rejected = {r["id"] for r in pq.read_table(tmp_path / "out" / ".rejects" / "d.parquet").to_pylist()}
     theirs = megatron_filter(docs, evals)
-    for i, (text, pieces) in enumerate(zip(docs, theirs)):
+    for i, (text, pieces) in enumerate(zip(docs, theirs, strict=True)):
         ours = [r for r in kept if r["id"] == f"d{i}" or r["id"].startswith(f"d{i}-")]
         if pieces == [text]:  # untouched
             assert [r["id"] for r in ours] == [f"d{i}"] and ours[0]["text"] == text

@@ -80,7 +80,8 @@ def test_precision_and_recall_on_generated_near_duplicates(tmp_path):
     assert precision >= 0.95 and recall >= 0.9
     # the keeper is the first document of its cluster in corpus order
     assert all(keeper < i for i, keeper in rejected.items())
-    assert sum(m["counts"]["rejected"] for m in manifests) == len(rejected) == sum(clusters["cluster_sizes"]) - len(clusters["cluster_sizes"])
+    rejected_by_clusters = sum(clusters["cluster_sizes"]) - len(clusters["cluster_sizes"])
+    assert sum(m["counts"]["rejected"] for m in manifests) == len(rejected) == rejected_by_clusters
 
 
 @pytest.mark.parametrize("unit, num_perm, seed", [("word", 128, 42), ("char", 256, 7), ("word", 64, 0)])
@@ -137,7 +138,7 @@ def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path, monkeyp
 
     sigs = [signature_shard(s, tmp_path / "steps" / f"{s.stem}.minhash.parquet", cfg) for s in shards]
     bands = [tmp_path / "steps" / f"{s.stem}.bands.parquet" for s in shards]
-    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in reversed(list(zip(sigs, bands)))][::-1]
+    counts = [band_keys_shard(sig, out, cfg)["rows"] for sig, out in reversed(list(zip(sigs, bands, strict=True)))][::-1]
     pairs = [tmp_path / "steps" / f"band-{b}.parquet" for b in range(cfg.bands + 1)]
     for b in reversed(range(cfg.bands + 1)):
         write_pairs(band_pairs(bands, b), pairs[b])
@@ -158,7 +159,7 @@ def test_band_steps_in_any_order_give_the_clusters_of_one_pass(tmp_path, monkeyp
     assert pq.ParquetFile(bands[0]).num_row_groups == cfg.bands + 1
     monkeypatch.setattr(dedup, "RUN_ROWS", 7)
     runs = [tmp_path / "steps" / f"{b.stem}.runs.parquet" for b in bands]
-    for sig, out in zip(sigs, runs):
+    for sig, out in zip(sigs, runs, strict=True):
         record = band_keys_shard(sig, out, cfg)
         assert record["runs"] == [7] * (record["rows"] // 7) + [record["rows"] % 7] * bool(record["rows"] % 7)
     for b in range(cfg.bands + 1):
@@ -189,7 +190,8 @@ def test_exact_duplicates_are_found_by_their_words_before_minhash_and_named_as_s
     shards = sorted((tmp_path / "in").iterdir())
 
     def reasons(out):
-        return {r["id"]: r["reason"] for name in ("a", "b") for r in pq.read_table(out / ".rejects" / f"{name}.parquet").to_pylist()}
+        return {r["id"]: r["reason"]
+                for name in ("a", "b") for r in pq.read_table(out / ".rejects" / f"{name}.parquet").to_pylist()}
 
     dedup_shards(shards, tmp_path / "out", DedupConfig())
     clusters = json.loads((tmp_path / "out" / ".clusters.json").read_text())
@@ -233,4 +235,3 @@ def test_a_band_merge_of_more_runs_than_the_open_files_soft_limit_raises_it(tmp_
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= runs
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-

@@ -233,7 +233,8 @@ def test_the_extraction_limit_is_cpu_time_so_a_stalled_machine_keeps_the_same_pa
     from textmill.pipeline.extract import ExtractionTimeout, ExtractorPool
 
     page = "<html><head><title>T</title></head><body>" + "<p>An ordinary paragraph of words.</p>" * 50 + "</body></html>"
-    slow = "<html><body>" + "".join(f"<p>the cat and the dog went to the market {i}.</p>" for i in range(32000)) + "</body></html>"
+    paragraphs = "".join(f"<p>the cat and the dog went to the market {i}.</p>" for i in range(32000))
+    slow = "<html><body>" + paragraphs + "</body></html>"
     pool = ExtractorPool(1, timeout_s=1.0)
     try:
         [(process, _)] = pool._all
@@ -259,7 +260,8 @@ def test_a_gzip_bomb_and_an_endless_redirect_chain_are_cut_off(tmp_path):
         shard = url_shard_of(tmp_path / "urls.parquet", [f"{base}/bomb", f"{base}/chain/0"])
         cfg = ScrapeConfig(timeout_s=20.0, max_bytes=1_000_000, max_redirects=5, allow_private_addresses=True, extract_workers=0)
         scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
-    reasons = dict(zip(*[pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").column(c).to_pylist() for c in ("id", "reason")]))
+    rejects = pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet")
+    reasons = dict(zip(rejects.column("id").to_pylist(), rejects.column("reason").to_pylist(), strict=True))
     assert reasons == {"u0": "too_large", "u1": "too_many_redirects"}
     assert sum(p.startswith("/chain/") for p in hits) == cfg.max_redirects + 1
 
@@ -307,8 +309,9 @@ def test_pages_are_decoded_by_header_then_meta_then_detection(tmp_path):
         cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, extract_workers=0)
         manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     rows = {r["url"].split(":", 2)[2].split("/", 1)[1]: r for r in
-            pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist() + pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
-    for path, (title, how) in expected.items():
+            pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()
+            + pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
+    for path, (title, _) in expected.items():
         assert rows[path.lstrip("/")]["title"] == title, path
     assert manifest["charsets"] == dict(sorted(Counter(how for _, how in expected.values()).items()))
     text = rows["stray.html"]["text"]
@@ -371,7 +374,8 @@ def test_transient_failures_are_retried_hosts_are_spared_and_robots_txt_is_heede
         shard = url_shard_of(tmp_path / "urls.parquet", [base + p for p in paths])
         manifest = scrape_shard(shard, tmp_path / "sc" / "urls.parquet", cfg)
     kept = {r["url"].removeprefix(base) for r in pq.read_table(tmp_path / "sc" / "urls.parquet").to_pylist()}
-    rejects = {r["url"].removeprefix(base): r["reason"] for r in pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
+    rejects = {r["url"].removeprefix(base): r["reason"]
+               for r in pq.read_table(tmp_path / "sc" / ".rejects" / "urls.parquet").to_pylist()}
     assert kept == {"/flaky/1", "/busy", *(f"/slow/{i}" for i in range(8))}
     assert rejects == {"/down": "status=503", "/private/1": "robots_disallowed"}
     tries = {p: [t for q, t in log if q == p] for p in ("/flaky/1", "/busy", "/down", "/private/1", "/robots.txt")}

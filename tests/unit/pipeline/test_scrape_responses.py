@@ -1,6 +1,6 @@
-"""No response ends a shard, and no URL holds a slot long (textmill.pipeline.fetch): a server on 127.0.0.1 that writes whatever bytes it is given (generated status lines,
-headers and bodies, and the cases that once ended a scrape) gets each URL a reject with a listed reason or a
-kept page, never an exception out of the fetch."""
+"""No response ends a shard, and no URL holds a slot long (textmill.pipeline.fetch): a server on 127.0.0.1 that writes
+whatever bytes it is given (generated status lines, headers and bodies, and the cases that once ended a scrape) gets
+each URL a reject with a listed reason or a kept page, never an exception out of the fetch."""
 
 import asyncio
 import dataclasses

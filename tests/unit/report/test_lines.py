@@ -8,7 +8,6 @@ def test_a_stage_summary_gives_its_throughput(tmp_path):
     from textmill.report.lines import stage_summary
     from textmill.workflows.commands import run_stage
 
-
     write_jsonl(tmp_path / "in" / "d.jsonl", [{"id": str(i), "text": "some words " * 50} for i in range(400)])
     manifests = run_stage("shuffle", [tmp_path / "in" / "d.jsonl"], tmp_path / "out",
                           {"shuffle": ShuffleConfig(num_shards=2, seed=1)}).manifests

@@ -10,8 +10,8 @@ def record(run, status="done", documents=100, valid_loss=3.0, accuracy=0.5) -> R
     r = {"run": run, "status": status, "seconds": 12.3, "config": "run.toml", "started": run}
     if status == "done":
         r.update(funnel=[{"stage": "blacklist", "shards": 1, "input": 120, "kept": 100, "rejected": 20, "rows_out": 100,
-                          "reasons": {"duplicate": 20}, "output": "/w/1-blacklist", "seconds": 1.0}], corpus={"documents": documents, "tokens": 10 * documents,
-                                                                         "dataset": "/w/corpus"},
+                          "reasons": {"duplicate": 20}, "output": "/w/1-blacklist", "seconds": 1.0}],
+                 corpus={"documents": documents, "tokens": 10 * documents, "dataset": "/w/corpus"},
                  train={"iterations": 10, "valid_loss": valid_loss, "lm_loss": 3.1, "checkpoints": "/w/ckpt"},
                  evaluate=[{"name": "lambada_test", "file": "/d/lambada_test.jsonl", "accuracy": accuracy,
                             "correct": int(accuracy * 10), "total": 10, "perplexity": 50.0}])

@@ -103,7 +103,7 @@ def test_trained_bpe_is_a_gpt2_vocabulary_that_every_loader_agrees_on(tmp_path):
             assert tok.encode(text) == ref.encode(text) == hf.encode(text), text[:80]
     # Same corpus, same files, byte for byte.
     train_bpe(iter(texts), 1200, tmp_path / "b" / "bpe")
-    for a, b in zip(vocab_files(tmp_path / "a" / "bpe"), vocab_files(tmp_path / "b" / "bpe")):
+    for a, b in zip(vocab_files(tmp_path / "a" / "bpe"), vocab_files(tmp_path / "b" / "bpe"), strict=True):
         assert a.read_bytes() == b.read_bytes()
     with pytest.raises(TextmillError, match="at least 257"):
         train_bpe(iter(texts), 100, tmp_path / "c")

@@ -31,7 +31,7 @@ def test_a_sharded_checkpoint_still_loads(dist_ckpt, gpt2_ckpt):
     a, _ = load_model(gpt2_ckpt)
     b, ckpt = load_model(dist_ckpt)
     assert ckpt.format == "torch_dist"
-    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(x, y), name
 
 

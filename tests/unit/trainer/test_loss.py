@@ -74,4 +74,4 @@ def test_chunked_loss_equals_plain_cross_entropy(monkeypatch, chunk_bytes, maske
     plain = (per_token * mask.flatten()).sum() / mask.sum()
     (2.5 * plain).backward()
     assert ours.item() == pytest.approx(plain.item(), rel=1e-6)
-    assert all(torch.allclose(ours_grad, t.grad, atol=1e-7) for ours_grad, t in zip(grads, leaves))
+    assert all(torch.allclose(ours_grad, t.grad, atol=1e-7) for ours_grad, t in zip(grads, leaves, strict=True))

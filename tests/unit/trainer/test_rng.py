@@ -44,4 +44,4 @@ def test_a_recomputed_block_replays_the_masks_of_its_forward_pass():
         model(tokens, tokens).backward()
         grads[granularity] = [p.grad.clone() for p in model.parameters()]
     for granularity in ("full", "selective"):
-        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[None], grads[granularity])), granularity
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[None], grads[granularity], strict=True)), granularity

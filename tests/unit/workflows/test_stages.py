@@ -21,7 +21,8 @@ def run_file(root: Path, preset: str) -> str:
     (root / "urls" / "RS_0.txt").write_text("".join(f"http://127.0.0.1:9/article/{i}.html\n" for i in range(6)))
     (root / "eval.jsonl").write_text('{"text": "the old sailor repaired the boat"}\n')
     config = write_config(root, **SETTINGS)
-    config.write_text(config.read_text().replace("[scrape]", f"[blacklist]\nurls_per_shard = 2\n[quality]\npreset = \"{preset}\"\n[scrape]"))
+    tables = f"[blacklist]\nurls_per_shard = 2\n[quality]\npreset = \"{preset}\"\n[scrape]"
+    config.write_text(config.read_text().replace("[scrape]", tables))
     return str(config)
 
 

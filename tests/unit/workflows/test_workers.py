@@ -34,7 +34,8 @@ def test_three_workers_share_the_tasks_and_write_what_one_writes(tmp_path):
     assert [m["output"] for m in three.manifests] == [m["output"] for m in one.manifests]
     for m in one.manifests:
         for folder in ("", ".rejects/"):
-            assert pq.read_table(tmp_path / "one" / folder / m["output"]) == pq.read_table(tmp_path / "three" / folder / m["output"])
+            one, three = (pq.read_table(tmp_path / run / folder / m["output"]) for run in ("one", "three"))
+            assert one == three
 
 
 def test_workers_start_where_pandas_is_not_installed(tmp_path):

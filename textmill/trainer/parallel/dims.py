@@ -39,7 +39,8 @@ class ParallelDims:
         return {"world": self.world, "dp": self.dp, "tp": self.tp, "pp": self.pp, "virtual": self.virtual}
 
     def describe(self, config) -> str:
-        parts = [f"data parallel {self.dp}" + (", sharded optimizer" if config.use_distributed_optimizer or (self.dp > 1 and self.world > self.dp) else "")]
+        sharded = config.use_distributed_optimizer or (self.dp > 1 and self.world > self.dp)
+        parts = [f"data parallel {self.dp}" + (", sharded optimizer" if sharded else "")]
         if self.tp > 1:
             parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if config.sequence_parallel else ""))
         if self.pp > 1:
@@ -52,19 +53,22 @@ class ParallelDims:
             raise TextmillError(f"world size {self.world} is not divisible by --tensor-model-parallel-size {self.tp} "
                                 f"x --pipeline-model-parallel-size {self.pp}")
         if model_config.num_attention_heads % self.tp:
-            raise TextmillError(f"--num-attention-heads {model_config.num_attention_heads} is not divisible by --tensor-model-parallel-size {self.tp}")
+            raise TextmillError(f"--num-attention-heads {model_config.num_attention_heads} is not divisible by "
+                                f"--tensor-model-parallel-size {self.tp}")
         # Each rank holds whole query groups (G divisible by TP, as Megatron-core requires), or, with fewer
         # groups than ranks, its group's keys and values replicated (TP divisible by G).
         if model_config.kv_heads % self.tp and self.tp % model_config.kv_heads:
             raise TextmillError(f"--num-query-groups {model_config.kv_heads} and --tensor-model-parallel-size {self.tp}: "
                                 "one must divide the other")
         if model_config.ffn_hidden_size % self.tp:
-            raise TextmillError(f"--ffn-hidden-size {model_config.ffn_hidden_size} is not divisible by --tensor-model-parallel-size {self.tp}")
+            raise TextmillError(f"--ffn-hidden-size {model_config.ffn_hidden_size} is not divisible by "
+                                f"--tensor-model-parallel-size {self.tp}")
         if model_config.vocab_size % self.tp:
-            raise TextmillError(f"the padded vocabulary ({model_config.vocab_size} rows) is not divisible by --tensor-model-parallel-size "
-                                f"{self.tp}; choose --make-vocab-size-divisible-by accordingly")
+            raise TextmillError(f"the padded vocabulary ({model_config.vocab_size} rows) is not divisible by "
+                                f"--tensor-model-parallel-size {self.tp}; choose --make-vocab-size-divisible-by accordingly")
         if model_config.num_layers % (self.pp * self.virtual):
-            raise TextmillError(f"--num-layers {model_config.num_layers} is not divisible by --pipeline-model-parallel-size {self.pp}")
+            raise TextmillError(f"--num-layers {model_config.num_layers} is not divisible by "
+                                f"--pipeline-model-parallel-size {self.pp}")
         if global_batch % (micro_batch * self.dp):
             raise TextmillError(f"--global-batch-size {global_batch} is not divisible by --micro-batch-size {micro_batch} "
                                 f"x data-parallel size {self.dp}")

@@ -75,7 +75,7 @@ def build_schedule(chunks: list[tuple[int, nn.Module]], wrapped: list[nn.Module]
     tokens = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta")
     loss = torch.empty(1, device="meta")
     pipeline = []
-    for (s, _), module in zip(chunks, wrapped):
+    for (s, _), module in zip(chunks, wrapped, strict=True):
         first, last = s == 0, s == stages - 1
         pipeline.append(PipelineStage(module, s, stages, device, group=group,
                                       input_args=tokens if first else hidden, output_args=loss if last else hidden,
