@@ -75,7 +75,7 @@ def dedup_steps(config: str) -> list:
 
 def dedup_part(config: str, examined: list[Path], manifests: list[dict]) -> dict:
     """Dedup's clusters, and a few duplicates with the documents they duplicate."""
-    from textmill.report.page import duplicate_pairs
+    from textmill.report.samples import duplicate_pairs
 
     clusters = c.DedupClusters(config).output()
     found = read(clusters.files["clusters"])
@@ -165,7 +165,7 @@ class StageRecord(RunTask):
 
     def make(self):
         from textmill.report.lines import stage_summary
-        from textmill.report.page import SCANNED_SHARDS, stage_examples
+        from textmill.report.samples import SCANNED_SHARDS, stage_examples
 
         stage, tasks = STAGE_NAMES[self.name], self.requires()
         shards = shard_files(tasks)

@@ -174,7 +174,7 @@ class MergeDataset(PerShuffledShard):
     def make(self):
         from textmill.megatron.indexed import merge_datasets
 
-        from textmill.report.page import corpus_histograms
+        from textmill.report.samples import corpus_histograms
 
         started, output, corpus = time.perf_counter(), self.output(), self.input()["corpus"]
         merged = merge_datasets([part.local_dataset() for part in self.input_later()], output.prefix)
