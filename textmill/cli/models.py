@@ -94,8 +94,9 @@ def add_target_layout(p) -> None:
 def add_parsers(sub) -> None:
     fmt = ArgumentDefaults
     p = sub.add_parser("train", help="Train a GPT on .bin/.idx token files (Megatron's pretrain_gpt.py arguments).",
-                       description="Train a GPT (GPT-2, or LLaMA, GPT-NeoX or GPT-J blocks) on Megatron .bin/.idx datasets, with "
-                       "Megatron's data split, sample index, schedule and checkpoint layout.", formatter_class=fmt)
+                       description="Train a GPT (GPT-2, or LLaMA, Qwen2, GPT-NeoX or GPT-J blocks) on Megatron "
+                       ".bin/.idx datasets, with Megatron's data split, sample index, schedule and checkpoint layout.",
+                       formatter_class=fmt)
     add_arguments(p, TrainConfig)
     p.set_defaults(func=cmd_train)
 
@@ -125,7 +126,7 @@ def add_parsers(sub) -> None:
                        description="Export a checkpoint to another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel, LlamaForCausalLM, "
-                           "GPTNeoXForCausalLM or GPTJForCausalLM).",
+                           "MistralForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM or GPTJForCausalLM).",
                            formatter_class=fmt,
                            description="Write the newest checkpoint as a Hugging Face folder: config.json, "
                            "model.safetensors (fp32) and the tokenizer's files (GPT-2's vocab.json, merges.txt and "
@@ -156,12 +157,13 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",
                        description="Import a model from another format.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    p = formats.add_parser("hf", help="A Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill checkpoint.",
+    p = formats.add_parser("hf", help="A Hugging Face GPT-2, LLaMA, Mistral, Qwen2, GPT-NeoX or GPT-J folder into a "
+                           "textmill checkpoint.",
                            formatter_class=fmt,
                            description="Turn a Hugging Face GPT-2, LLaMA (grouped-query attention and LLaMA 3.1's rope "
-                           "scaling included), GPT-NeoX or GPT-J folder into a textmill 'release' checkpoint that "
-                           "evaluate, export and train --load (with --finetune --use-checkpoint-args) accept. Its "
-                           "tokenizer comes along into SAVE/tokenizer/.")
+                           "scaling included), Mistral, Qwen2, GPT-NeoX or GPT-J folder into a textmill 'release' "
+                           "checkpoint that evaluate, export and train --load (with --finetune --use-checkpoint-args) "
+                           "accept. Its tokenizer comes along into SAVE/tokenizer/.")
     p.add_argument("folder", type=Path, help="folder with config.json and model.safetensors (or pytorch_model.bin)")
     p.add_argument("--save", type=Path, required=True, help="checkpoint directory to write")
     add_tokenizer_files(p, "the tokenizer to keep with the model (default: FOLDER/tokenizer.json, else FOLDER/vocab.json "

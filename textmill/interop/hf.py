@@ -152,8 +152,8 @@ def from_hf_state(family: Family, hf: dict, model_config: GPTConfig) -> dict:
 
 
 def import_hf(folder: Path, save: Path, divisible_by: int = 128, vocab_file=None, merge_file=None) -> dict:
-    """Turn a Hugging Face GPT-2, LLaMA, GPT-NeoX or GPT-J folder into a textmill `release` checkpoint under `save`, with its
-    tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
+    """Turn a Hugging Face folder of one of the families (interop/families.py) into a textmill `release` checkpoint
+    under `save`, with its tokenizer files (from the folder, or the ones given) in `<save>/tokenizer/`."""
     from textmill.tokenizers.files import open_tokenizer
     from textmill.tokenizers.hf import is_hf_tokenizer_folder
 
