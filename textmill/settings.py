@@ -117,6 +117,17 @@ def has_default(f: Field) -> bool:
 
 # --- the command line --------------------------------------------------------------------------------
 
+class ArgumentDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default after its help, unless it has none to show (None) or its help already
+    says what it is ("(default: the position count)")."""
+
+    def _get_help_string(self, action):
+        help = action.help or ""
+        if action.default is None or action.default is argparse.SUPPRESS or "(default" in help:
+            return help
+        return super()._get_help_string(action)
+
+
 def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = (),
                   help_for: dict[str, str] | None = None) -> None:
     """One option per field of the dataclass `cls` (except `skip`): `--field-name`, its type, default and

@@ -33,18 +33,34 @@ from typing import Callable
 from textmill.errors import RunFailed, TextmillError, is_disk_error, network_failure
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: an option it does not know is its error, shown with its own usage (argparse would pass
+    it up to `textmill`'s), and an option is never taken from a prefix of its name (`--worker 2` is not
+    `--workers 2`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's parser; building them imports no heavy library (each command imports what it runs)."""
     from textmill.cli import corpus, inspect, models, runs, serving, tokens
     from textmill.demo.run import add_demo_parser
     from textmill.schedule import add_schedule_parser
+    from textmill.settings import ArgumentDefaults
 
     parser = argparse.ArgumentParser(
         prog="textmill",
         description="Build an OpenWebText-style corpus from URL lists and train a GPT on it.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=ArgumentDefaults, allow_abbrev=False,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     for group in (corpus, inspect, tokens, models, runs, serving):
         group.add_parsers(sub)
     add_schedule_parser(sub)

@@ -7,10 +7,10 @@ import argparse
 import time
 from pathlib import Path
 
-ArgumentDefaults = argparse.ArgumentDefaultsHelpFormatter
+from textmill.settings import ArgumentDefaults
 
 
-class DocstringHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+class DocstringHelpFormatter(argparse.RawDescriptionHelpFormatter, ArgumentDefaults):
     """Defaults shown, and a module docstring used as the description keeps its line breaks."""
 
 

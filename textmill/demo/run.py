@@ -15,7 +15,6 @@ WORKDIR/run.toml` repeats it (doing nothing, as everything is finished) and `tex
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import random
@@ -25,6 +24,7 @@ from pathlib import Path
 from textmill.demo import synthweb
 from textmill.demo.reddit import write_dumps
 from textmill.errors import TextmillError
+from textmill.settings import ArgumentDefaults
 
 
 def cloze_passages(seed: int, count: int) -> list[str]:
@@ -164,7 +164,7 @@ def add_demo_parser(sub) -> None:
         "demo",
         help="Run the whole chain on a generated web served from 127.0.0.1: corpus, tiny GPT, evaluation (no internet).",
         description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=ArgumentDefaults,
     )
     p.add_argument("--workdir", default="textmill-demo", help="directory for every stage's shards and manifests")
     p.add_argument("--pages", type=int, default=300, help="generated English articles (junk pages scale with it)")
