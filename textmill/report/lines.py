@@ -28,8 +28,21 @@ def kept_bytes(shard: Path) -> int:
     return shard.stat().st_size if shard.exists() else 0
 
 
+SHOWN_REASONS = 8  # in a summary line; the rest are counted, and listed by `textmill inspect`
+
+
+def reasons_text(reasons: dict[str, int]) -> str:
+    """The reasons that rejected most, largest first, and how many more there were."""
+    ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} {v}" for k, v in ranked[:SHOWN_REASONS])
+    rest = ranked[SHOWN_REASONS:]
+    if rest:
+        text += f", and {len(rest)} more reason(s) rejecting {sum(v for _, v in rest)}"
+    return text or "none"
+
+
 def stage_line(s: StageCounts) -> str:
-    reasons = ", ".join(f"{k} {v}" for k, v in list(s.reasons.items())[:8]) or "none"
+    reasons = reasons_text(s.reasons)
     extra = f", {s.rows_out} rows out" if s.rows_out != s.kept else ""
     return (f"{s.stage}: {s.shards} shard(s), {s.input} in, {s.kept} kept, {s.rejected} rejected "
             f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s]")

@@ -32,3 +32,13 @@ def test_a_reason_that_loses_wanted_pages_is_warned_about_early():
     warned = reject_warning(scrape({"status=404": 40, "extraction_timeout": 3}))
     assert warned.startswith("warning: scrape rejected 3 of 100 (3%) as extraction_timeout: pages needed more CPU")
     assert "as status=404" in reject_warning(scrape({"status=404": 51, "extraction_timeout": 3}))
+
+
+def test_a_summary_names_the_largest_reasons_and_counts_the_rest():
+    from textmill.report.lines import reasons_text
+
+    reasons = {f"reason_{i:02d}": i + 1 for i in range(11)}  # 11 reasons rejecting 1 .. 11 records
+    text = reasons_text(reasons)
+    assert text.startswith("reason_10 11, reason_09 10, reason_08 9")
+    assert text.endswith(", reason_03 4, and 3 more reason(s) rejecting 6")  # reason_02, 01, 00: 3 + 2 + 1
+    assert reasons_text({}) == "none" and reasons_text({"a": 1}) == "a 1"
