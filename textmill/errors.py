@@ -8,10 +8,21 @@ class TextmillError(Exception):
     """Bad input or configuration: reported as one line on stderr with exit status 2, no traceback. It would
     fail the same way again, so the workflow does not retry it."""
 
+    exit_status = 2
+
 
 class RunFailed(TextmillError):
     """Work that failed while it ran for a reason a retry may cure (a process that died): one line, exit
     status 1."""
+
+    exit_status = 1
+
+
+class NothingKept(TextmillError):
+    """A command that ran to its end and kept nothing (every record rejected, or none to read): its summary
+    and output stand, and its exit status, 1, tells a script it has nothing to go on with."""
+
+    exit_status = 1
 
 
 # What the disk answers when it is full or not ours to write: the user's to fix, not a fault of textmill.

@@ -30,7 +30,7 @@ import argparse
 import sys
 from typing import Callable
 
-from textmill.errors import RunFailed, TextmillError, is_disk_error, network_failure
+from textmill.errors import TextmillError, is_disk_error, network_failure
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -95,7 +95,7 @@ def guarded(command: Callable[[], str | None]) -> int:
             print(summary)
     except TextmillError as exc:
         print(f"textmill: error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, RunFailed) else 2
+        return exc.exit_status
     except OSError as exc:
         if not is_disk_error(exc):
             return network_error(exc)

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
-from textmill.errors import TextmillError
+from textmill.errors import NothingKept, TextmillError
 from textmill.pipeline.stage_configs import (
     EXTRACTION_SETTINGS,
     BlacklistConfig,
@@ -29,8 +29,9 @@ from textmill.settings import add_arguments, from_namespace
 
 def run_command(args, stage: str, settings: dict) -> tuple:
     """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its StageResult. A
-    stage that rejected most of its input for one reason says so on stderr, with the remedy where there is one."""
-    from textmill.report.lines import reject_warning, stage_line, stage_summary
+    stage that rejected most of its input for one reason says so on stderr, with the remedy where there is one;
+    one that kept nothing prints its summary and ends with an error (exit status 1)."""
+    from textmill.report.lines import nothing_kept, reject_warning, stage_line, stage_summary
     from textmill.settings import resolve
     from textmill.workflows.commands import run_stage
 
@@ -44,6 +45,9 @@ def run_command(args, stage: str, settings: dict) -> tuple:
     warning = reject_warning(summary)
     if warning:
         print(f"textmill {stage}: {warning}", file=sys.stderr, flush=True)
+    if not summary.kept:
+        print(stage_line(summary), flush=True)
+        raise NothingKept(nothing_kept(summary))
     return stage_line(summary), result
 
 

@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, DocstringHelpFormatter
-from textmill.errors import TextmillError
+from textmill.errors import NothingKept, TextmillError
 
 
 def cmd_run(args) -> str:
-    from textmill.report.lines import failed_run_lines
+    from textmill.report.lines import failed_run_lines, nothing_kept
     from textmill.report.results import run_lines
     from textmill.run_file import example_config, load_config
     from textmill.workflows.runner import run_workflow
@@ -24,6 +24,10 @@ def cmd_run(args) -> str:
     if not ok:
         print("\n".join([summary, *failed_run_lines(record, folder)]), file=sys.stderr)
         raise SystemExit(1)
+    if record.corpus is not None and not record.corpus.documents:
+        print("\n".join(run_lines(record, folder)), flush=True)
+        emptied = next((s for s in record.funnel if not s.kept), None)
+        raise NothingKept("the run's corpus holds no documents" + (f": {nothing_kept(emptied)}" if emptied else ""))
     return "\n".join(run_lines(record, folder))
 
 

@@ -91,6 +91,14 @@ def reject_warning(s: StageCounts) -> str | None:
             + (f": {remedy}" if remedy else ""))
 
 
+def nothing_kept(s: StageCounts) -> str:
+    """The error of a stage command that kept nothing."""
+    if not s.input:
+        return f"{s.stage} read no records: its input holds none (an empty list or folder?)"
+    return (f"{s.stage} kept none of the {s.input:,} records it read ({reasons_text(s.reasons)}); the rejects and "
+            f"their reasons: textmill inspect {s.output}")
+
+
 def dedup_line(clusters: dict) -> str:
     sizes = clusters["cluster_sizes"]
     return (f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; {clusters['exact_duplicates']} "
