@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from support.cli import run_cli
 from support.files import TEST_DATA, write_jsonl
 from textmill.demo import synthweb
@@ -100,3 +102,25 @@ def test_building_the_command_line_imports_no_heavy_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "lambada", "--load", "{ckpt}", "--valid-data", "{ckpt}/lambada.jsonl"],
+    ["export", "hf", "--load", "{ckpt}", "--output", "{ckpt}/hf"],
+    ["serve", "--load", "{ckpt}"],
+    ["generate", "--load", "{ckpt}", "--prompt", "The"],
+])
+def test_a_checkpoint_without_its_tokenizer_is_told_before_torch_is_imported(tmp_path, argv):
+    """A command that loads a model checks the checkpoint and its tokenizer first: the error line comes without
+    importing torch (which takes minutes on a busy machine)."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "iter_0000001").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("1\n")
+    (ckpt / "iter_0000001" / "textmill.json").write_text('{"vocab_size": 50257}')
+    code = ("import sys\nfrom textmill.cli import main\n"
+            f"status = main({[a.format(ckpt=ckpt) for a in argv]!r})\n"
+            "print(status, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["2", "False"], r.stderr
+    assert r.stderr.strip() == (f"textmill: error: {ckpt}/tokenizer/ holds no vocab.json + merges.txt (nor "
+                                "tokenizer.json); give --vocab-file and --merge-file")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files
+from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files, check_checkpoint
+from textmill.errors import TextmillError
 from textmill.settings import add_arguments, from_namespace
 from textmill.trainer.train_config import TrainConfig
 
@@ -25,6 +26,9 @@ def train(config: TrainConfig) -> str:
 
 
 def cmd_evaluate_lambada(args) -> str:
+    check_checkpoint(args.load, args.vocab_file, args.merge_file)
+    if not Path(args.valid_data).is_file():
+        raise TextmillError(f"{args.valid_data}: no such file (--valid-data, a LAMBADA-format JSON-lines file)")
     from textmill.evaluate.lambada import evaluate_lambada
     from textmill.report.lines import lambada_lines
     from textmill.trainer.device import pick_device
@@ -36,6 +40,7 @@ def cmd_evaluate_lambada(args) -> str:
 
 
 def cmd_export_hf(args) -> str:
+    check_checkpoint(args.load, args.vocab_file, args.merge_file)
     from textmill.interop.hf import export_hf
     from textmill.report.lines import export_line
 

@@ -29,3 +29,11 @@ def add_tokenizer_files(p: argparse.ArgumentParser, when: str) -> None:
     """--vocab-file and --merge-file, GPT-2's two tokenizer files; `when` says what they do for this command."""
     p.add_argument("--vocab-file", type=Path, help=f"GPT-2 vocab.json, with --merge-file: {when}")
     p.add_argument("--merge-file", type=Path, help=f"GPT-2 merges.txt, with --vocab-file: {when}")
+
+
+def check_checkpoint(load: Path, vocab_file: Path | None = None, merge_file: Path | None = None) -> None:
+    """The checkpoint at `load` and its tokenizer, checked before torch is imported (seconds, minutes on a busy
+    machine), so that a missing one is told at once."""
+    from textmill.trainer.checkpoint import checkpoint_tokenizer, newest_meta
+
+    checkpoint_tokenizer(load, newest_meta(load), vocab_file, merge_file)

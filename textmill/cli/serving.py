@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textmill.cli.options import DocstringHelpFormatter, add_tokenizer_files
+from textmill.cli.options import DocstringHelpFormatter, add_tokenizer_files, check_checkpoint
 from textmill.errors import TextmillError
 
 
 def cmd_serve(args) -> str:
+    check_checkpoint(args.load, args.vocab_file, args.merge_file)
     from textmill.inference.requests import Limits
     from textmill.inference.server import TextGenerator, make_server, serve_until_stopped
     from textmill.report.lines import serve_banner, served_line
@@ -30,6 +31,8 @@ def cmd_serve(args) -> str:
 
 
 def cmd_generate(args) -> str:
+    if args.load:
+        check_checkpoint(args.load, args.vocab_file, args.merge_file)
     from textmill.inference.client import LocalModel, RemoteModel, run_client
     from textmill.trainer.device import pick_device
 

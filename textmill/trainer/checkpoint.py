@@ -36,14 +36,14 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Literal
 
 from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, empty_folder_beside, replace_folder, sha256_of
 from textmill.io.numbers import whole_number
+
+if TYPE_CHECKING:
+    import torch
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = Path("mp_rank_00") / "model_optim_rng.pt"
@@ -83,6 +83,8 @@ class SafeMetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if name in self.ALLOWED.get(module, ()) or (self.foreign and name in self.FOREIGN.get(module, ())):
             return super().find_class(module, name)
+        import torch
+
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"refused {module}.{name}: not a part of checkpoint metadata")
@@ -147,10 +149,14 @@ def checkpoint_dir(root: Path, iteration: int | str) -> Path:
 
 
 def is_writer() -> bool:
+    import torch.distributed as dist
+
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def barrier() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.barrier()
 
@@ -159,9 +165,11 @@ def save_checkpoint(root: Path, iteration: int | Literal["release"], meta: dict,
                     fmt: Literal["torch", "torch_dist"] = "torch") -> Path:
     """Write `tensors` (nested dicts of tensors) and `meta` (JSON values) as the checkpoint of `iteration`
     (an int, or "release") and point the tracker at it. With fmt "torch_dist" every rank must call this."""
+    import torch
+
     final, tmp, meta = prepare_checkpoint(root, iteration, meta)
     if fmt == "torch":
-        if dist.is_initialized() and dist.get_world_size() > 1:
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             raise TextmillError("--ckpt-format torch writes one file from one process; use torch_dist with several")
         (tmp / STATE_FILE).parent.mkdir(parents=True)
         torch.save({**meta, **tensors}, tmp / STATE_FILE)
@@ -320,6 +328,8 @@ def pick(stored: dict, template: dict) -> dict:
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
+    import torch
+
     out = {}
     for k, v in tree.items():
         if isinstance(v, dict):
@@ -344,6 +354,8 @@ def load_checkpoint(root: Path) -> Checkpoint | None:
         verify_files(path, meta.get("files"))
         ckpt = Checkpoint(path, meta, "torch_dist")
     else:
+        import torch
+
         file = path / STATE_FILE
         if not file.exists():
             raise TextmillError(f"{root / TRACKER} names {iteration}, but {path} holds no checkpoint (partial or moved)")
@@ -375,6 +387,19 @@ def read_meta(path: Path) -> dict | None:
     return meta
 
 
+def newest_meta(root: Path) -> dict:
+    """What the newest checkpoint under `root` records of itself (its textmill.json; {} for one without), read
+    without torch, for what a command checks before it loads a model. One error line where there is none."""
+    iteration = read_tracker(root)
+    if iteration is None:
+        raise no_checkpoint(root)
+    return read_meta(checkpoint_dir(root, iteration)) or {}
+
+
+def no_checkpoint(root: Path) -> TextmillError:
+    return TextmillError(f"{root}: no checkpoint here ({TRACKER} is missing)")
+
+
 def load_model(root: Path, device: str | torch.device = "cpu"):
     """The model of the newest checkpoint under `root` (any format and layout), in eval mode, and the
     checkpoint."""
@@ -382,7 +407,7 @@ def load_model(root: Path, device: str | torch.device = "cpu"):
 
     ckpt = load_checkpoint(root)
     if ckpt is None:
-        raise TextmillError(f"{root}: no checkpoint here ({TRACKER} is missing)")
+        raise no_checkpoint(root)
     model = GPT.for_loading(ckpt.model_config())
     model.load_state_dict(ckpt.load_into({"model": model.state_dict()})["model"])
     return model.to(device).eval(), ckpt
