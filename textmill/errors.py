@@ -18,6 +18,11 @@ class RunFailed(TextmillError):
     exit_status = 1
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C in a command that knows what it leaves behind: its message says so (the corpus stages' default:
+    finished shards are kept)."""
+
+
 class NothingKept(TextmillError):
     """A command that ran to its end and kept nothing (every record rejected, or none to read): its summary
     and output stand, and its exit status, 1, tells a script it has nothing to go on with."""

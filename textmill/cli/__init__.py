@@ -30,7 +30,7 @@ import argparse
 import sys
 from typing import Callable
 
-from textmill.errors import TextmillError, is_disk_error, network_failure
+from textmill.errors import Interrupted, TextmillError, is_disk_error, network_failure
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -104,7 +104,8 @@ def guarded(command: Callable[[], str | None]) -> int:
         return 2
     except Exception as exc:
         return network_error(exc)
-    except KeyboardInterrupt:
-        print("textmill: interrupted; finished shards are kept, unfinished ones will be redone", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        said = str(exc) if isinstance(exc, Interrupted) else "finished shards are kept, unfinished ones will be redone"
+        print(f"textmill: interrupted; {said}", file=sys.stderr)
         return 130
     return 0

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from textmill.errors import TextmillError
+from textmill.errors import Interrupted, TextmillError
 from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
 from textmill.trainer.checkpointer import Checkpointer, CheckpointSettings
 from textmill.trainer.device import device_peak_tflops, pick_device, require_torch
@@ -352,11 +352,24 @@ class Trainer:
                 if stop:
                     break
             self.checkpointer.finish()
+        except KeyboardInterrupt:
+            raise Interrupted(self.where_it_stopped()) from None
         finally:
             bar.close()
             sinks.close()
         return {"iterations": self.state.iteration, "valid_loss": last_valid, "skipped_iterations": self.state.skipped,
                 "saved_at": saved_at, "log": self.state.log}
+
+    def where_it_stopped(self) -> str:
+        """What an interrupted run leaves: the iteration it reached and the newest checkpoint to resume from."""
+        from textmill.trainer.checkpoint import read_tracker
+
+        reached = f"training reached iteration {self.state.iteration} of {self.config.train_iters}"
+        newest = read_tracker(self.config.save) if self.config.save else None
+        if newest is None:
+            return f"{reached}; no checkpoint was saved" + ("" if self.config.save else " (no --save)")
+        return (f"{reached}; the newest checkpoint is iteration {newest} in {self.config.save}: "
+                f"--load {self.config.save} resumes from it")
 
     def log(self, r: dict, bar) -> None:
         self.state.log.append(r)

@@ -214,3 +214,25 @@ def test_compiled_blocks_give_the_eager_losses_with_and_without_recomputation(co
     # Compiled blocks keep their parameter names: the checkpoint loads into an eager model.
     resumed = Trainer(train_config(corpus, train_iters=4, eval_interval=4, load=tmp_path / "full-True", **no_dropout))
     assert resumed.state.iteration == 3
+
+
+def test_ctrl_c_says_the_iteration_reached_and_the_checkpoint_to_resume_from(corpus, tmp_path):
+    import os
+    import signal
+
+    from textmill.errors import Interrupted
+
+    save = tmp_path / "ckpt"
+    trainer = Trainer(train_config(corpus, train_iters=10, save=save, save_interval=2))
+    step = trainer.train_step
+
+    def interrupted_at_five():
+        if trainer.state.iteration == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the terminal sends it
+        return step()
+
+    trainer.train_step = interrupted_at_five
+    with pytest.raises(Interrupted) as stopped:
+        trainer.train()
+    assert str(stopped.value) == (f"training reached iteration 5 of 10; the newest checkpoint is iteration 4 in {save}: "
+                                  f"--load {save} resumes from it")
