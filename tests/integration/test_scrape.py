@@ -92,3 +92,30 @@ def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "textmill: interrupted" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line(tmp_path):
+    """`textmill run --workers 2`: the forked workers leave quietly (each printed a KeyboardInterrupt traceback),
+    and the command ends (a worker caught inside Luigi's failure handling kept retrying the scheduler, which had
+    ended with the command, for minutes, and the command waited for it)."""
+    from support.runs import write_config
+
+    web = synthweb.build_web(seed=3, articles=200, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    with synthweb.serve(web, latency_s=0.3) as srv:
+        base = synthweb.base_url(srv)
+        (tmp_path / "urls").mkdir()
+        (tmp_path / "urls" / "RS_0.txt").write_text("".join(base + p + "\n" for p in web.url_paths))
+        (tmp_path / "eval.jsonl").write_text(json.dumps({"text": "an evaluation passage of eight words or more"}) + "\n")
+        config = write_config(tmp_path, work=tmp_path / "work", min_tokens=32, vocab_size=600, train="false",
+                              train_iters=1)
+        config.write_text(config.read_text().replace("extract_workers = 0", "extract_workers = 2\nconcurrency = 2"))
+        cmd = [sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", "2"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline, journal = time.monotonic() + 120, None
+        while time.monotonic() < deadline and (journal is None or journal.read_text().count("\n") < 4):
+            journal = next((tmp_path / "work" / "2-scrape").glob("*/.RS_0-*.journal.jsonl"), None)
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "textmill: interrupted; finished shards are kept, unfinished ones will be redone", stderr

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from typing import Iterator
 
@@ -135,10 +137,17 @@ def build_tied(targets: list[luigi.Task], workers: int, scheduler_url: str | Non
         os.close(there)
         start()
         summary = ""
-        with contextlib.suppress(EOFError):  # a worker that died said nothing
-            summary = receiver.recv()
-        for process in processes:
-            process.join()
+        try:
+            with contextlib.suppress(EOFError):  # a worker that died said nothing
+                summary = receiver.recv()
+            for process in processes:
+                process.join()
+        except BaseException:  # Ctrl-C: a worker caught inside Luigi's failure handling would wait on the
+            for process in processes:  # scheduler, gone with this process, for minutes; their own children die
+                process.terminate()  # with them (die_with_parent)
+            for process in processes:
+                process.join()
+            raise
     return summary
 
 
@@ -152,6 +161,20 @@ def ask_often() -> None:
             config.set("worker", option, value)
 
 
+def leaves_quietly_on_ctrl_c(target):
+    """A forked worker's target that ends without a traceback on Ctrl-C: the terminal sends SIGINT to every
+    process of its group, and the parent process says what an interruption leaves."""
+    @functools.wraps(target)
+    def run(*args) -> None:
+        try:
+            target(*args)
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+    return run
+
+
+@leaves_quietly_on_ctrl_c
 def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, closing: tuple) -> None:
     """The scheduling worker: a Luigi worker on the scheduler at `url` until the targets are done or nothing
     more can run; its summary goes back through `sender`. `closing`: what of its parent's it must not hold."""
@@ -163,6 +186,7 @@ def work(targets: list[luigi.Task], url: str, factory, options: dict, sender, cl
     sender.close()
 
 
+@leaves_quietly_on_ctrl_c
 def assist(url: str, factory, options: dict, gone: int, closing: tuple) -> None:
     """An assistant worker: runs what the scheduler at `url` hands it until the scheduling worker has ended
     (its pipe `gone` reads end of file) and it has nothing to run."""
