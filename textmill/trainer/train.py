@@ -63,7 +63,10 @@ def checked_settings(config: TrainConfig, world: int) -> CheckedSettings:
 
 
 def prepare_device(config: TrainConfig, device: torch.device, dtype, say) -> float | None:
-    """Set the device's matmul precision as the flags ask; its peak TFLOP/s (for MFU), or None when unknown."""
+    """Set the CPU threads and the device's matmul precision as the flags ask; its peak TFLOP/s (for MFU), or
+    None when unknown."""
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
     if device.type == "cuda":
         torch.set_float32_matmul_precision("highest" if config.no_tf32 else "high")
         if config.no_tf32 and dtype is None:
@@ -309,7 +312,8 @@ class Trainer:
             vocab += f" (the model's {self.model_vocab_size})"
         self.say(f"textmill train: {self.parts.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
                  f"hidden {self.model_config.hidden_size}, {vocab} padded to {self.model_config.vocab_size}, "
-                 f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}{layout}"
+                 f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}"
+                 + (f" ({torch.get_num_threads()} threads)" if self.device.type == "cpu" else "") + layout
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
         bar = tqdm(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train",
                    disable=None if rank0 else True, leave=False)

@@ -125,6 +125,9 @@ class TrainConfig(Settings):
     clip_grad: float = setting(1.0, "clip the global gradient norm to this (0: no clipping)", least=0, group=TRAINING)
     seed: int = setting(1234, "seed of the weights, dropout and data order", least=0, most=SEED_MAX, group=TRAINING)
     device: str = setting("auto", "cuda, cpu, or auto (cuda when available)", group=TRAINING)
+    cpu_threads: int | None = setting(None, "threads each process computes with on the CPU (default: torch's, one per "
+                                      "core; under torchrun with several processes, 1). On a busy or shared machine "
+                                      "fewer than the cores is often much faster", least=1, group=TRAINING, keyed=False)
     bf16: bool = setting(False, "bf16 autocast (fp32 weights and optimizer)", group=TRAINING)
     fp16: bool = setting(False, "fp16 autocast with dynamic loss scaling", group=TRAINING)
     no_tf32: bool = setting(False, "on NVIDIA GPUs, keep fp32 matrix products in full fp32: by default they run on "

@@ -236,3 +236,13 @@ def test_ctrl_c_says_the_iteration_reached_and_the_checkpoint_to_resume_from(cor
         trainer.train()
     assert str(stopped.value) == (f"training reached iteration 5 of 10; the newest checkpoint is iteration 4 in {save}: "
                                   f"--load {save} resumes from it")
+
+
+def test_cpu_threads_sets_the_threads_training_computes_with_and_says_so(corpus, capsys):
+    before = torch.get_num_threads()
+    try:
+        Trainer(train_config(corpus, train_iters=1, cpu_threads=1)).train()
+        assert torch.get_num_threads() == 1
+        assert "tokens on cpu (1 threads)" in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)
