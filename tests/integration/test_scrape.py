@@ -94,13 +94,15 @@ def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):
     assert "textmill: interrupted" in stderr and "Traceback" not in stderr, stderr
 
 
-def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line(tmp_path):
+def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line_and_is_recorded(tmp_path):
     """`textmill run --workers 2`: the forked workers leave quietly (each printed a KeyboardInterrupt traceback),
     and the command ends (a worker caught inside Luigi's failure handling kept retrying the scheduler, which had
-    ended with the command, for minutes, and the command waited for it)."""
+    ended with the command, for minutes, and the command waited for it), recording the run as interrupted. A run
+    killed outright is recorded as killed by the next one."""
     from support.runs import write_config
 
     web = synthweb.build_web(seed=3, articles=200, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    runs = tmp_path / "work" / "runs"
     with synthweb.serve(web, latency_s=0.3) as srv:
         base = synthweb.base_url(srv)
         (tmp_path / "urls").mkdir()
@@ -117,5 +119,26 @@ def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line(tmp_path)
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it
         _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert stderr.strip() == "textmill: interrupted; finished shards are kept, unfinished ones will be redone", stderr
+        assert proc.returncode == 130, stderr
+        [interrupted] = runs.iterdir()
+        assert stderr.strip() == ("textmill: interrupted; finished shards are kept, unfinished ones will be redone; "
+                                  f"recorded in {interrupted}"), stderr
+        record = json.loads((interrupted / "run.json").read_text())
+        assert record["status"] == "interrupted" and record["funnel"][0]["stage"] == "blacklist"
+        assert "<b>interrupted</b>" in (interrupted / "report.html").read_text()
+
+        # Killed outright, a run cannot write its end: the next run finds it still running and records it killed.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(runs.glob("*/run.json"))) < 2:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        killed = max(runs.iterdir())
+        assert json.loads((killed / "run.json").read_text())["status"] == "running"
+        srv.latency_s = 0.0
+        r = run_cli("run", str(config), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"textmill run: the run of {killed.name} was killed before its end; recorded so in {killed}" in r.stderr
+    record = json.loads((killed / "run.json").read_text())
+    assert record["status"] == "killed" and record["seconds"] is None and (killed / "report.html").exists()

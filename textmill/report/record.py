@@ -91,8 +91,8 @@ class RunRecord(Part):
     run: str  # its folder's name under WORK/runs
     config: str
     started: str
-    seconds: float
-    status: str  # "done" or "failed"
+    seconds: float | None  # None: not known (a killed run)
+    status: str  # "done", "failed", "interrupted" (Ctrl-C), "running", or "killed" (found so by a later run)
     failed: list[str] = field(default_factory=list)  # "task: why", for a failed run
     funnel: list[StageCounts] = field(default_factory=list)  # the corpus stages it finished, in graph order
     samples: dict[str, Any] = field(default_factory=dict)  # per stage: examples of kept and rejected documents
@@ -104,6 +104,7 @@ class RunRecord(Part):
     train: Training | None = None
     evaluate: list[Evaluation] = field(default_factory=list)
     export: Export | None = None
+    process: str | None = None  # "host:pid" of a running run, to tell a killed one from one still running
 
     @classmethod
     def from_dict(cls, raw: dict) -> RunRecord:

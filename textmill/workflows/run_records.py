@@ -3,7 +3,9 @@ task for `textmill status`."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 from pathlib import Path
 
 import luigi
@@ -73,21 +75,21 @@ def add_corpus(record: RunRecord, config: str) -> None:
         record.seconds_per_stage.update(made.get("seconds_per_stage", {}))
 
 
-def run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> RunRecord:
+def run_record(config: Path, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
     """What the run made, for run.json, the results table and report.html (each folder of the store listed
     once for it: store.listed_folders)."""
     with listed_folders(run_config(str(config)).run.work_dir):
-        return read_run_record(config, name, started_at, seconds, ok)
+        return read_run_record(config, name, started_at, seconds, status)
 
 
-def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok: bool) -> RunRecord:
+def read_run_record(config: Path, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
     from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
 
     config = str(config)
     settings = run_config(config)
-    record = RunRecord(run=name, config=config, started=started_at, seconds=round(seconds, 1),
-                       status="done" if ok else "failed")
-    if not ok:
+    record = RunRecord(run=name, config=config, started=started_at, seconds=None if seconds is None else round(seconds, 1),
+                       status=status)
+    if status == "failed":
         record.failed = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
     lists_written = sources_finished(config)
     add_corpus(record, config)
@@ -110,13 +112,10 @@ def read_run_record(config: Path, name: str, started_at: str, seconds: float, ok
     return record
 
 
-def record_run(config: Path, record: RunRecord) -> Path:
-    """Write the run's folder (runs/<name>[-k]), the newest report.html and the results table."""
-    from textmill.report.page import write_report
-    from textmill.report.results import read_runs, write_results
-
-    settings = run_config(str(config))
-    runs = settings.run.work_dir / RUNS
+def start_run_record(config: Path, record: RunRecord) -> Path:
+    """The run's folder (runs/<name>[-k]) with its record as it starts ("running", with its process), so that a
+    run killed before its end is still recorded (record_killed_runs); record_run writes its end there."""
+    runs = run_config(str(config)).run.work_dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
     folder, k = runs / record.run, 1
     while True:  # several workers on one central scheduler may start in the same second
@@ -128,12 +127,52 @@ def record_run(config: Path, record: RunRecord) -> Path:
             folder = runs / f"{record.run}-{k}"
     record.run = folder.name
     write_json(record.to_dict(), folder / "run.json")
+    publish([folder / "run.json"])
+    return folder
+
+
+def record_killed_runs(config: Path) -> list[str]:
+    """Runs of this machine recorded as running whose process is gone (killed, or its machine restarted):
+    recorded as killed, with what had been finished by now, and their reports written. Their names."""
+    from textmill.report.results import read_runs
+
+    killed = []
+    for record in read_runs(run_config(str(config)).run.work_dir / RUNS):
+        host, _, pid = (record.process or "").rpartition(":")
+        if record.status == "running" and host == socket.gethostname() and not process_alive(int(pid)):
+            record_run(config, run_record(config, record.run, record.started, None, "killed"), newest=False)
+            killed.append(record.run)
+    return killed
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def record_run(config: Path, record: RunRecord, newest: bool = True) -> Path:
+    """Write the run's record into its folder (runs/<name>: start_run_record), its report.html, the results
+    table and (`newest`) WORK/report.html."""
+    from textmill.report.page import write_report
+    from textmill.report.results import read_runs, write_results
+
+    settings = run_config(str(config))
+    runs = settings.run.work_dir / RUNS
+    folder = runs / record.run
+    write_json(record.to_dict(), folder / "run.json")
     records = read_runs(runs)
     history = [r for r in records if r.run <= record.run][-settings.run.results_runs:]
     write_report(record, history, folder / "report.html")
-    with atomic_path(settings.run.work_dir / "report.html") as tmp:
-        shutil.copyfile(folder / "report.html", tmp)
     results = write_results(settings.run.work_dir, records, settings.run.results_runs)
-    publish([folder / "run.json", folder / "report.html", settings.run.work_dir / "report.html", results,
-             results.with_suffix(".tsv")])
+    written = [folder / "run.json", folder / "report.html", results, results.with_suffix(".tsv")]
+    if newest:
+        with atomic_path(settings.run.work_dir / "report.html") as tmp:
+            shutil.copyfile(folder / "report.html", tmp)
+        written.append(settings.run.work_dir / "report.html")
+    publish(written)
     return folder

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 import sys
 import time
 import traceback
@@ -20,7 +21,7 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
-from textmill.errors import RunFailed, TextmillError, is_disk_error
+from textmill.errors import Interrupted, RunFailed, TextmillError, is_disk_error
 from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
 from textmill.report.record import RunRecord
@@ -28,7 +29,15 @@ from textmill.workflows.batches import Batch, batched, tasks_per_stage
 from textmill.workflows.framework import RunTask, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
-from textmill.workflows.run_records import record_run, run_graph, run_record, run_targets
+from textmill.workflows.run_records import (
+    RUNS,
+    record_killed_runs,
+    record_run,
+    run_graph,
+    run_record,
+    run_targets,
+    start_run_record,
+)
 from textmill.workflows.source_tasks import source_tasks
 from textmill.workflows.workers import HELD_LOCKS, build
 
@@ -293,8 +302,26 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
 
 
 def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> RunResult:
+    """The run, recorded as it starts, at its end, and when Ctrl-C ends it; a run of this machine killed
+    before (SIGKILL, a lost machine) is recorded as killed first."""
     configure_luigi()
+    for killed in record_killed_runs(config):
+        print(f"textmill run: the run of {killed} was killed before its end; recorded so in "
+              f"{run_config(str(config)).run.work_dir / RUNS / killed}", file=sys.stderr)
     name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
+    folder = start_run_record(config, RunRecord(run=name, config=str(config), started=started_at, seconds=0.0,
+                                                status="running", process=f"{socket.gethostname()}:{os.getpid()}"))
+    try:
+        ok, summary = build_run(config, workers, scheduler_url)
+    except KeyboardInterrupt:
+        record_run(config, run_record(config, folder.name, started_at, time.perf_counter() - started, "interrupted"))
+        raise Interrupted(f"finished shards are kept, unfinished ones will be redone; recorded in {folder}") from None
+    record = run_record(config, folder.name, started_at, time.perf_counter() - started, "done" if ok else "failed")
+    return RunResult(ok, summary, record, record_run(config, record))
+
+
+def build_run(config: Path, workers: int, scheduler_url: str | None) -> tuple[bool, str]:
+    """Every task of the run that is not finished: whether all are now, and Luigi's summary."""
     sources = source_tasks(str(config))
     if sources and not all(task.complete() for task in sources):  # the graph after them is known once they are
         build(batched(sources, tasks_per_stage(str(config), workers, scheduler_url)), workers, scheduler_url,
@@ -311,6 +338,4 @@ def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> R
     batches = batched([*targets, *damaged], tasks_per_stage(str(config), workers, scheduler_url))
     summary = build(batches, workers, scheduler_url, Schedulers(), log_level="WARNING")
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
-    ok = all(target.complete() for target in targets)
-    record = run_record(config, name, started_at, time.perf_counter() - started, ok)
-    return RunResult(ok, summary, record, record_run(config, record))
+    return all(target.complete() for target in targets), summary
