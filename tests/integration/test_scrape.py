@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,9 @@ def test_ctrl_c_during_a_scrape_ends_in_one_line_and_no_traceback(tmp_path):
     assert "textmill: interrupted" in stderr and "Traceback" not in stderr, stderr
 
 
+PROGRESS_LINE = re.compile(r"^\S+ tasks? [\d-]+: |^scrape \S+: ")
+
+
 def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line_and_is_recorded(tmp_path):
     """`textmill run --workers 2`: the forked workers leave quietly (each printed a KeyboardInterrupt traceback),
     and the command ends (a worker caught inside Luigi's failure handling kept retrying the scheduler, which had
@@ -121,8 +125,9 @@ def test_ctrl_c_during_a_run_with_two_workers_ends_at_once_in_one_line_and_is_re
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 130, stderr
         [interrupted] = runs.iterdir()
-        assert stderr.strip() == ("textmill: interrupted; finished shards are kept, unfinished ones will be redone; "
-                                  f"recorded in {interrupted}"), stderr
+        said = [line for line in stderr.splitlines() if not PROGRESS_LINE.match(line)]  # a busy machine's 30 s
+        assert said == ["textmill: interrupted; finished shards are kept, unfinished ones will be redone; "
+                        f"recorded in {interrupted}"], stderr
         record = json.loads((interrupted / "run.json").read_text())
         assert record["status"] == "interrupted" and record["funnel"][0]["stage"] == "blacklist"
         assert "<b>interrupted</b>" in (interrupted / "report.html").read_text()

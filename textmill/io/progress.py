@@ -4,10 +4,12 @@ the total is known, the time left, so a long step is never silent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -49,6 +51,11 @@ class ProgressLines:
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         self.postfix = text
 
+    @staticmethod
+    def write(text: str) -> None:
+        """A line of its own on stdout (as tqdm.write puts one above its bar)."""
+        print(text, flush=True)
+
     def close(self) -> None:
         if self.printed:  # a long step ends with its last count, as a bar would
             print(self.line(time.monotonic()) + " done", file=sys.stderr, flush=True)
@@ -81,3 +88,24 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
     return ProgressLines(iterable, total, desc, unit, unit_scale, initial, every)
+
+
+@contextlib.contextmanager
+def ticking(counter, every: float = 5.0) -> Iterator:
+    """`counter` (a progress) asked to show itself every `every` seconds from a thread while the block runs, so
+    that a step that takes long between updates is not silent: a line every TEXTMILL_PROGRESS_S seconds still
+    comes, a bar's clock still runs. The counter is closed at the end."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            counter.update(0)
+
+    thread = threading.Thread(target=tick, name="textmill-progress", daemon=True)
+    thread.start()
+    try:
+        with counter:
+            yield counter
+    finally:
+        stop.set()
+        thread.join()

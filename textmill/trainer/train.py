@@ -18,9 +18,9 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from textmill.errors import Interrupted, TextmillError
+from textmill.io.progress import progress
 from textmill.trainer.checkpoint import checkpoint_model_config, is_writer
 from textmill.trainer.checkpointer import Checkpointer, CheckpointSettings
 from textmill.trainer.device import device_peak_tflops, pick_device, require_torch
@@ -315,8 +315,8 @@ class Trainer:
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}"
                  + (f" ({torch.get_num_threads()} threads)" if self.device.type == "cpu" else "") + layout
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
-        bar = tqdm(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train",
-                   disable=None if rank0 else True, leave=False)
+        bar = progress(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train", leave=False,
+                       enabled=rank0)  # a line every TEXTMILL_PROGRESS_S seconds without a terminal
         window, window_start, last_valid = [], time.perf_counter(), None
         saved_at = None
         try:

@@ -23,6 +23,7 @@ import time
 import luigi
 import luigi.task_register
 
+from textmill.io.progress import progress, ticking
 from textmill.io.store import listed_folders
 from textmill.workflows.framework import RunTask
 from textmill.workflows.memos import run_config
@@ -83,7 +84,11 @@ class Batch(luigi.Task):
         # Inputs are finished before a batch runs (and before the later ones are asked for), so their versions
         # come from a listing of each stage folder read, not a HEAD per file and read: a band reads every
         # unit's keys, a partition every unit's ids. What the tasks write or remove is kept in the listings.
-        with listed_folders(self.work):
+        # A line every TEXTMILL_PROGRESS_S seconds (or a bar) while it works: a run is never silent for long.
+        stage = getattr(luigi.task_register.Register.get_task_cls(self.family), "stage", self.family)
+        which = f"task {self.first}" if self.stop - self.first == 1 else f"tasks {self.first}-{self.stop - 1}"
+        counter = progress(total=len(unfinished), desc=f"{stage} {which}", unit="task", leave=False)
+        with listed_folders(self.work), ticking(counter) as done:
             for task in unfinished:
                 started = time.perf_counter()
                 try:
@@ -92,6 +97,8 @@ class Batch(luigi.Task):
                     task.trigger_event(luigi.Event.FAILURE, task, exc)
                     failures.append(exc)
                     continue
+                finally:
+                    done.update(1)
                 task.trigger_event(luigi.Event.SUCCESS, task)
                 task.trigger_event(luigi.Event.PROCESSING_TIME, task, time.perf_counter() - started)
         if failures:

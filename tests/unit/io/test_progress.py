@@ -26,3 +26,18 @@ def test_a_quiet_interval_prints_nothing_and_a_bad_one_is_an_error(monkeypatch, 
     monkeypatch.setenv("TEXTMILL_PROGRESS_S", "often")
     with pytest.raises(TextmillError, match="TEXTMILL_PROGRESS_S must be a number of seconds, not 'often'"):
         progress(total=1)
+
+
+def test_a_step_long_between_updates_still_prints_its_lines(monkeypatch, capsys):
+    """ticking: the counter shows itself from a thread, so one long task in a batch is not silent."""
+    import time
+
+    from textmill.io.progress import ticking
+
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "0.05")
+    with ticking(progress(total=2, desc="4-clean tasks 0-1", unit="task"), every=0.01) as done:
+        time.sleep(0.3)  # the first task, long, with no update
+        done.update(2)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("4-clean tasks 0-1: 0 task of 2 task (0%)"), lines
+    assert lines[-1].endswith(" done") and "2 task of 2 task (100%)" in lines[-1]

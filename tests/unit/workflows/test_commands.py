@@ -60,3 +60,20 @@ def test_one_big_file_is_cut_into_units_and_gives_what_one_unit_gives(tmp_path, 
     assert rows(tmp_path / "whole", "id")[0] == f"export.{kind}:1"
     if kind == "jsonl":
         assert ("export.jsonl:21", "invalid_json") in rejects(tmp_path / "cut")
+
+
+def test_a_stage_prints_progress_lines_for_its_tasks_without_a_terminal(tmp_path, monkeypatch, capsys):
+    """The tasks of every stage (run by batches) say how far they are: `textmill run` and the stage commands
+    are never silent for long where no terminal is attached."""
+    from support.files import write_jsonl
+    from textmill.pipeline.stage_configs import InputConfig
+    from textmill.workflows.commands import run_stage
+
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "0")
+    write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"document number {i} " * 20} for i in range(30)])
+    run_stage("dedup", [str(tmp_path / "d.jsonl")], tmp_path / "out", {"input": InputConfig(documents_per_shard=10)})
+    lines = capsys.readouterr().err.splitlines()
+    for unit in range(3):  # three units, a batch each
+        assert f"3-minhash task {unit}: 1 task of 1 task (100%)" in "\n".join(lines), lines
+    assert any(line.startswith("3-dedup tasks 0-3: 4 task of 4 task (100%)") and line.endswith(" done")
+               for line in lines), lines
