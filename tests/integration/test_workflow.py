@@ -75,6 +75,31 @@ def test_the_command_builds_the_corpus_and_a_rerun_does_nothing(tmp_path, finish
     assert bad.returncode == 2 and "[clean] has no field 'min_token'" in bad.stderr
 
 
+def test_a_runs_corpus_exports_to_one_folder_that_datasets_loads(tmp_path, finished_run):
+    """Each unit's shard sits in a folder keyed by its own inputs: `textmill export corpus` gathers a finished
+    stage in one folder (hard links), which datasets.load_dataset reads as the run's corpus."""
+    import datasets
+
+    config = copy_run(finished_run.root, tmp_path)
+    r = run_cli("export", "corpus", str(config), "-o", str(tmp_path / "corpus"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    documents = IndexedDataset(MergeDataset(str(config)).output().prefix).num_documents
+    assert re.match(rf"export corpus: the decontaminate stage, 2 shard\(s\), {documents:,} documents -> "
+                    rf"{re.escape(str(tmp_path / 'corpus'))} \[", r.stdout), r.stdout
+    loaded = datasets.load_dataset("parquet", data_dir=str(tmp_path / "corpus"), split="train")
+    assert len(loaded) == documents and len(set(loaded["id"])) == documents
+    assert all(p.stat().st_nlink == 2 for p in (tmp_path / "corpus").iterdir())  # linked, not copied
+
+    r = run_cli("export", "corpus", str(config), "--stage", "clean", "-o", str(tmp_path / "clean"))
+    assert r.returncode == 0 and len(list((tmp_path / "clean").glob("*.parquet"))) == 3, r.stderr  # a shard a unit
+    r = run_cli("export", "corpus", str(config), "--stage", "quality", "-o", str(tmp_path / "q"))
+    assert r.returncode == 2 and "has no quality stage (its stages: blacklist, scrape, dedup, clean, shuffle, " \
+                                 "decontaminate)" in r.stderr, r.stderr
+    config.write_text(config.read_text().replace("min_tokens = 32", "min_tokens = 33"))  # clean not run for these
+    r = run_cli("export", "corpus", str(config), "--stage", "clean", "-o", str(tmp_path / "clean"))
+    assert r.returncode == 2 and "has not finished its clean stage (3 of 3 task(s) left)" in r.stderr, r.stderr
+
+
 def stage_commands_write_what_the_run_wrote(root: Path, work: Path) -> None:
     """Each `textmill STAGE` on the run's input to that stage, with the run's settings, writes the shards,
     rejects and records the run's stage folder holds (scrape's fetch times aside): one driver, the tasks."""

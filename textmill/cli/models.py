@@ -7,6 +7,7 @@ from pathlib import Path
 
 from textmill.cli.options import ArgumentDefaults, Timer, add_tokenizer_files, check_checkpoint
 from textmill.errors import TextmillError
+from textmill.run_file import CORPUS_STAGES
 from textmill.settings import add_arguments, from_namespace
 from textmill.trainer.train_config import TrainConfig
 
@@ -46,6 +47,16 @@ def cmd_export_hf(args) -> str:
 
     timer = Timer()
     return export_line(export_hf(args.load, args.output, args.vocab_file, args.merge_file), timer.seconds)
+
+
+def cmd_export_corpus(args) -> str:
+    from textmill.report.lines import export_corpus_line
+    from textmill.run_file import load_config
+    from textmill.workflows.run_records import export_stage
+
+    timer = Timer()
+    load_config(args.config)  # a bad config is one error line
+    return export_corpus_line(export_stage(args.config, args.stage, args.output), timer.seconds)
 
 
 def cmd_export_megatron(args) -> str:
@@ -127,8 +138,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--output", type=Path, help="result JSON (default: LOAD/lambada.json or LOAD/lambada-strict.json)")
     p.set_defaults(func=cmd_evaluate_lambada)
 
-    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face, Megatron-LM).",
-                       description="Export a checkpoint to another format.", formatter_class=fmt)
+    p = sub.add_parser("export", help="Export a checkpoint to another format (Hugging Face, Megatron-LM), or a "
+                       "run's corpus to one folder.", description="Export a checkpoint to another format, or a run's "
+                       "corpus to one folder.", formatter_class=fmt)
     formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     p = formats.add_parser("hf", help="A Hugging Face transformers folder (GPT2LMHeadModel, LlamaForCausalLM, "
                            "MistralForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM or GPTJForCausalLM).",
@@ -158,6 +170,16 @@ def add_parsers(sub) -> None:
                    "(language_model.encoder...), for a Megatron-LM old enough to have it (today's has only "
                    "Megatron-core's GPTModel)")
     p.set_defaults(func=cmd_export_megatron)
+    p = formats.add_parser("corpus", help="A finished stage of a run (default: its corpus) in one folder.",
+                           formatter_class=fmt,
+                           description="Gather the kept shards of a finished corpus stage of `textmill run` into one "
+                           "folder (each unit's shard sits in a folder keyed by its own inputs): hard links where the "
+                           "work folder shares the disk, else copies. datasets.load_dataset('parquet', data_dir=OUTPUT) "
+                           "reads it as it is.")
+    p.add_argument("config", type=Path, help="the run's TOML file")
+    p.add_argument("--stage", choices=list(CORPUS_STAGES), help="the stage to export (default: the run's last, its corpus)")
+    p.add_argument("--output", "-o", type=Path, required=True, help="the folder to write (replaced whole)")
+    p.set_defaults(func=cmd_export_corpus)
 
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",
                        description="Import a model from another format.", formatter_class=fmt)

@@ -168,6 +168,11 @@ def export_line(r: dict, seconds: float) -> str:
             f"iteration {r['iteration']} -> {r['output']} {seconds_tag(seconds)}")
 
 
+def export_corpus_line(r: dict, seconds: float) -> str:
+    return (f"export corpus: the {r['stage']} stage, {r['shards']} shard(s), {r['documents']:,} documents -> "
+            f"{r['output']} {seconds_tag(seconds)}")
+
+
 def import_line(r: dict, seconds: float) -> str:
     return (f"import hf: {r['family']} model, {r['parameters']:,} parameters, vocabulary {r['vocab_size']} padded to "
             f"{r['padded_vocab_size']} -> {r['output']}/release {seconds_tag(seconds)}")

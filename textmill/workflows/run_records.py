@@ -10,6 +10,7 @@ from pathlib import Path
 
 import luigi
 
+from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, write_json
 from textmill.io.store import listed_folders, publish
 from textmill.report.record import CorpusTokens, Evaluation, Export, RunRecord, StageCounts, Training
@@ -176,3 +177,37 @@ def record_run(config: Path, record: RunRecord, newest: bool = True) -> Path:
         written.append(settings.run.work_dir / "report.html")
     publish(written)
     return folder
+
+
+def export_stage(config: Path, stage: str | None, output: Path) -> dict:
+    """The kept shards of a finished corpus stage of the run (default: its last, the corpus) gathered in one
+    folder, `output`, which `datasets.load_dataset("parquet", data_dir=...)` or a teammate reads as it is: each
+    unit's shard sits in a folder keyed by its own inputs, so no one folder of WORK holds a stage. Hard links where
+    the work folder shares the disk (no copy, and the view stays when WORK is cleaned), else copies; written whole,
+    then renamed into place."""
+    import pyarrow.parquet as pq
+
+    from textmill.io.files import atomic_folder
+    from textmill.io.store import fetch
+    from textmill.workflows.stages import STAGE_NAMES, shard_files
+
+    settings = run_config(str(config))
+    names = [s.name for s in run_stages(settings)]
+    stage = stage or names[-1]
+    if stage not in names:
+        raise TextmillError(f"the run of {config} has no {stage} stage (its stages: {', '.join(names)})")
+    tasks = STAGE_NAMES[stage].shards(str(config))
+    with listed_folders(settings.run.work_dir):
+        left = sum(not task.complete() for task in tasks)
+    if left:
+        raise TextmillError(f"the run of {config} has not finished its {stage} stage ({left} of {len(tasks)} task(s) "
+                            f"left): textmill run {config} first")
+    shards = [fetch(shard) for shard in shard_files(tasks)]
+    with atomic_folder(Path(output)) as folder:
+        for shard in shards:
+            try:
+                os.link(shard, folder / shard.name)
+            except OSError:  # another disk, or a file system without hard links
+                shutil.copyfile(shard, folder / shard.name)
+    documents = sum(pq.read_metadata(shard).num_rows for shard in shards if shard.suffix == ".parquet")
+    return {"stage": stage, "shards": len(shards), "documents": documents, "output": str(output)}
