@@ -59,7 +59,7 @@ def test_serve_answers_a_megatron_api_request_from_the_gpu(trained, device):
     finally:
         code, _, err = server.stop()
     assert status == 200 and len(body["text"]) == 2, body
-    pairs = zip(body["text"], PROMPTS, strict=True)
+    pairs = zip(body["text"], PROMPTS[:2], strict=True)
     assert all(text.startswith(prompt) and len(text) > len(prompt) for text, prompt in pairs), body
 
 

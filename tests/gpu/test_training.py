@@ -126,10 +126,10 @@ def test_a_checkpoint_saved_on_the_gpu_loads_on_the_cpu_and_back_unchanged(corpu
     assert on_cpu.state.iteration == 3
     on_cpu.save()
     back = run(corpus, device, train_iters=3, load=tmp_path / "cpu")
-    weights = [t.models[0].state_dict() for t in (on_gpu, on_cpu, back)]
+    weights = [t.parts.models[0].state_dict() for t in (on_gpu, on_cpu, back)]
     for name, saved in weights[0].items():
         assert torch.equal(saved.cpu(), weights[1][name]) and torch.equal(saved, weights[2][name]), name
-    moments = [t.optimizers[0].state_dict()["state"] for t in (on_gpu, back)]
+    moments = [t.parts.optimizers[0].state_dict()["state"] for t in (on_gpu, back)]
     for index, state in moments[0].items():
         for key, value in state.items():
             assert torch.equal(value.cpu(), moments[1][index][key].cpu()), (index, key)
