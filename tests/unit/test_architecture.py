@@ -18,7 +18,7 @@ LAYERS = [
     {"inference", "evaluate", "interop"},
     {"run_file", "report"},
     {"workflows", "schedule"},
-    {"demo"},
+    {"demo", "api"},
     {"cli"},
 ]
 

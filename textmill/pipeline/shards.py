@@ -238,13 +238,16 @@ class ShardOutput:
     block without `finish` (an exception, a kill) removes the temporary files and writes no manifest.
     """
 
-    def __init__(self, stage: str, output: Path, schema: pa.Schema, inputs: Iterable[Path], params: dict):
+    def __init__(self, stage: str, output: Path, schema: pa.Schema, inputs: Iterable[Path], params: dict,
+                 listed: Iterable[str] = ()):
+        """`listed`: reasons it may give beyond those reasons.py lists for `stage` (a filter of one's own's)."""
         if not _SHARD_NAME.match(output.stem) or output.suffix not in (".parquet", ".jsonl"):
             raise TextmillError(f"bad output shard path {output} (want NAME.parquet or NAME.jsonl, NAME of [A-Za-z0-9_-])")
         self.stage = stage
         self.output = output
         self.inputs = [Path(p) for p in inputs]
         self.params = params
+        self.listed = frozenset(listed)
         self.reasons: Counter[str] = Counter()
         self._kept = JsonLinesWriter(output) if output.suffix == ".jsonl" else ShardWriter(output, schema)
         self._rejects = ShardWriter(rejects_path(output), reject_schema(schema))
@@ -296,7 +299,7 @@ class ShardOutput:
         self.reasons[reason_key(reason)] += 1
 
     def check_listed(self, reason: str) -> None:
-        if not is_listed(self.stage, reason.partition("=")[0]):
+        if reason.partition("=")[0] not in self.listed and not is_listed(self.stage, reason.partition("=")[0]):
             raise ValueError(f"{self.stage} rejects a record as {reason!r}, a reason textmill/pipeline/reasons.py "
                              "does not list for it")
 

@@ -18,13 +18,14 @@ Verdict = tuple[Union[dict, list[dict]], Union[str, None]]
 
 def filter_documents(stage: str, shard: Path, output: Path, params: dict, decide: Callable[[dict], Verdict],
                      inputs: Iterable[Path] | None = None, stats: dict | None = None,
-                     max_document_bytes: int = 0) -> dict:
+                     max_document_bytes: int = 0, listed: Iterable[str] = ()) -> dict:
     """Run `decide` over the documents of `shard` into `output`; returns the manifest, which also holds
     `stats` as they are when the shard is done (a stage's own counters, which `decide` updates). A record
-    of another tool's file over `max_document_bytes` is rejected as too_large (iter_documents)."""
+    of another tool's file over `max_document_bytes` is rejected as too_large (iter_documents). `listed`: the
+    reasons `decide` gives beyond those reasons.py lists for `stage` (a filter of one's own's)."""
     n = 0
     params = {**params, "max_document_bytes": max_document_bytes}
-    with ShardOutput(stage, output, DOC_SCHEMA, [shard] if inputs is None else inputs, params) as out:
+    with ShardOutput(stage, output, DOC_SCHEMA, [shard] if inputs is None else inputs, params, listed) as out:
         for row, bad in iter_documents(shard, max_document_bytes):
             n += 1
             if bad:
