@@ -17,7 +17,7 @@ LAYERS = [
     {"trainer"},
     {"inference", "evaluate", "interop"},
     {"run_file", "report"},
-    {"workflows", "schedule"},
+    {"workflows", "schedule", "slurm"},
     {"demo", "api"},
     {"cli"},
 ]

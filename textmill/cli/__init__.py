@@ -14,6 +14,7 @@
     textmill serve --load DIR [--port 5000];  textmill generate --url http://127.0.0.1:5000 | --load DIR
     textmill run CONFIG.toml [--workers N] [--scheduler-url URL];  textmill status CONFIG.toml
     textmill scheduler [--address A --port P];  textmill schedule CONFIG.toml [--install]
+    textmill slurm CONFIG.toml --nodes N [--workers W] > job.sh;  sbatch job.sh
     textmill demo
 
 Each prints a one-line summary (records in, kept, rejected by reason) and writes per-shard manifests.
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     from textmill.cli import corpus, inspect, models, runs, serving, tokens
     from textmill.demo.run import add_demo_parser
     from textmill.schedule import add_schedule_parser
+    from textmill.slurm import add_slurm_parser
     from textmill.settings import ArgumentDefaults
 
     parser = argparse.ArgumentParser(
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     for group in (corpus, inspect, tokens, models, runs, serving):
         group.add_parsers(sub)
     add_schedule_parser(sub)
+    add_slurm_parser(sub)
     add_demo_parser(sub)
     return parser
 

@@ -7,7 +7,7 @@ import pytest
 from textmill.cli import build_parser
 
 COMMANDS = ["blacklist", "scrape", "dedup", "clean", "shuffle", "decontaminate", "tokenize", "train-tokenizer",
-            "merge-datasets", "train", "run", "status", "scheduler", "serve", "generate", "demo", "schedule"]
+            "merge-datasets", "train", "run", "status", "scheduler", "serve", "generate", "demo", "schedule", "slurm"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
