@@ -30,7 +30,7 @@ from pathlib import Path
 from textmill.errors import TextmillError
 from textmill.io.files import read_json_record
 from textmill.pipeline.reasons import READ
-from textmill.pipeline.shards import list_shards, manifest_path, shard_stem
+from textmill.pipeline.shards import list_shards, manifest_path, rejects_path, shard_stem
 from textmill.pipeline.stage import filter_documents
 from textmill.pipeline.stage_configs import (
     BlacklistConfig,
@@ -176,4 +176,7 @@ def run_filter(document_filter: DocumentFilter, inputs: list[str], folder: Path,
     else:
         written = [filter_shard(s, o, document_filter) for s, o in todo]
     manifests.update(zip((o for _, o in todo), written, strict=True))
+    for stale in set(folder.glob("*.parquet")) - set(outputs):  # of inputs it had before: the next step must not read them
+        for path in (stale, manifest_path(stale), rejects_path(stale)):
+            path.unlink(missing_ok=True)
     return [manifests[o] for o in outputs]

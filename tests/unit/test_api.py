@@ -84,3 +84,10 @@ def test_two_workers_filter_the_shards_to_the_same_bytes_as_one(tmp_path):
         written[workers] = {p.name: p.read_bytes() for p in (work / "1-long-words").glob("*.parquet")}
         assert all(json.loads(m.read_text())["params"]["most"] == 6.0 for m in (work / "1-long-words" / ".manifests").iterdir())
     assert written[1] == written[2] and len(written[1]) == 3
+
+    # An input gone: its shard goes too, so that the next step does not read it.
+    (tmp_path / "in" / "part2.jsonl").unlink()
+    [counts] = Pipeline(tmp_path / "work1", inputs=[tmp_path / "in"]).filter(LongWords()).run(verbose=False)
+    assert counts.shards == 2 and sorted(p.name for p in (tmp_path / "work1" / "1-long-words").glob("*.parquet")) == [
+        "part0.parquet", "part1.parquet"]
+    assert len(list((tmp_path / "work1" / "1-long-words" / ".manifests").iterdir())) == 2
