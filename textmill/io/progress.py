@@ -74,6 +74,15 @@ class ProgressLines:
         self.close()
 
 
+def progress_interval() -> float:
+    """The seconds between progress lines (TEXTMILL_PROGRESS_S, default 30), or one error line naming a bad value:
+    the commands ask before they start work, so the error does not come from a task."""
+    try:
+        return float(os.environ.get(INTERVAL_VARIABLE, "30"))
+    except ValueError:
+        raise TextmillError(f"{INTERVAL_VARIABLE} must be a number of seconds, not {os.environ[INTERVAL_VARIABLE]!r}") from None
+
+
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it",
              unit_scale: bool = False, initial: int = 0, leave: bool = True, enabled: bool = True):
     """A progress counter for `iterable` or for `update` calls: a bar on a terminal, lines elsewhere,
@@ -81,10 +90,7 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
     if not enabled or sys.stderr.isatty():
         return tqdm(iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, initial=initial, leave=leave,
                     disable=not enabled)
-    try:
-        every = float(os.environ.get(INTERVAL_VARIABLE, "30"))
-    except ValueError:
-        raise TextmillError(f"{INTERVAL_VARIABLE} must be a number of seconds, not {os.environ[INTERVAL_VARIABLE]!r}") from None
+    every = progress_interval()
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
     return ProgressLines(iterable, total, desc, unit, unit_scale, initial, every)

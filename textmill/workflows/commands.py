@@ -16,6 +16,7 @@ from typing import NamedTuple
 import luigi
 
 from textmill.errors import RunFailed, TextmillError
+from textmill.io.progress import progress_interval
 from textmill.io.files import read_json, read_json_record, write_json
 from textmill.io.store import files_under, remove, shown, url_of
 from textmill.pipeline.shards import manifest_path
@@ -44,6 +45,7 @@ def run_stage(stage: str, inputs: list[str], output: str | Path, settings: dict[
     counts; the shuffle's seed is the run's seed) by `workers` Luigi workers; its kept shards left as
     `output_format` (place_kept)."""
     forget()
+    progress_interval()  # a bad TEXTMILL_PROGRESS_S is one error line before any task
     folder = resolve(str(output), Path.cwd())
     if output_format != "parquet" and url_of(folder) is not None:
         raise TextmillError(f"--output-format {output_format} writes a local folder, not {output}; write Parquet "

@@ -22,6 +22,7 @@ import luigi.scheduler
 import luigi.worker
 
 from textmill.errors import Interrupted, RunFailed, TextmillError, is_disk_error
+from textmill.io.progress import progress_interval
 from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
 from textmill.report.record import RunRecord
@@ -293,6 +294,7 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
     scheduler the run holds WORK's lock (work_lock) throughout."""
     config = Path(config).resolve()
     forget()
+    progress_interval()  # a bad TEXTMILL_PROGRESS_S is one error line before any task
     if scheduler_url:
         return build_and_record(config, workers, scheduler_url)
     work = run_config(str(config)).run.work_dir
