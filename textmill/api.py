@@ -32,24 +32,13 @@ from textmill.io.files import read_json_record
 from textmill.pipeline.reasons import READ
 from textmill.pipeline.shards import list_shards, manifest_path, rejects_path, shard_stem
 from textmill.pipeline.stage import filter_documents
-from textmill.pipeline.stage_configs import (
-    BlacklistConfig,
-    CleanConfig,
-    DecontaminateConfig,
-    DedupConfig,
-    QualityConfig,
-    RedditConfig,
-    ScrapeConfig,
-    ShuffleConfig,
-)
 from textmill.report.lines import stage_line, stage_summary
 from textmill.report.record import StageCounts
+from textmill.run_file import TABLES
 
-# Each stage: the table of settings its step takes as keyword arguments.
-STAGE_SETTINGS = {"reddit-urls": ("reddit", RedditConfig), "blacklist": ("blacklist", BlacklistConfig),
-                  "scrape": ("scrape", ScrapeConfig), "dedup": ("dedup", DedupConfig), "clean": ("clean", CleanConfig),
-                  "quality": ("quality", QualityConfig), "shuffle": ("shuffle", ShuffleConfig),
-                  "decontaminate": ("decontaminate", DecontaminateConfig)}
+# Each stage: the run file's table whose settings its step takes as keyword arguments.
+STAGE_TABLES = {"reddit-urls": "reddit", "blacklist": "blacklist", "scrape": "scrape", "dedup": "dedup",
+                "clean": "clean", "quality": "quality", "shuffle": "shuffle", "decontaminate": "decontaminate"}
 
 
 class DocumentFilter:
@@ -99,9 +88,10 @@ class Pipeline:
 
     def stage(self, name: str, **settings) -> Pipeline:
         """A corpus stage as a step, with its settings by their names in the run file's table (docs/settings.md)."""
-        if name not in STAGE_SETTINGS:
-            raise TextmillError(f"no stage {name!r} (the stages: {', '.join(STAGE_SETTINGS)})")
-        table, config = STAGE_SETTINGS[name]
+        if name not in STAGE_TABLES:
+            raise TextmillError(f"no stage {name!r} (the stages: {', '.join(STAGE_TABLES)})")
+        table = STAGE_TABLES[name]
+        config = TABLES[table].settings
         unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(config)})
         if unknown:
             raise TextmillError(f"{name} has no setting {unknown[0]!r} (its settings: [{table}] in docs/settings.md)")
