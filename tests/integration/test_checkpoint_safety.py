@@ -18,7 +18,8 @@ import torch
 from support.cli import run_cli
 from support.training import parallel_config
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model, written_files
+from textmill.trainer.checkpoint import load_checkpoint, load_model, written_files
+from textmill.trainer.dcp_metadata import SafeMetadataUnpickler
 
 
 class RunsCode:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import load_dcp, read_dcp_metadata
+from textmill.trainer.dcp_metadata import load_dcp, read_dcp_metadata
 
 COMMON = "common.pt"
 # metadata.json of Megatron-core's torch_dist format: the backends of the sharded tensors and of common.pt.

@@ -16,7 +16,7 @@ from support.files import TEST_DATA
 from support.megatron_files import write_megatron, write_megatron_dist
 from textmill.errors import TextmillError
 from textmill.interop.megatron import import_megatron
-from textmill.trainer.checkpoint import SafeMetadataUnpickler
+from textmill.trainer.dcp_metadata import SafeMetadataUnpickler
 
 transformers = pytest.importorskip("transformers")
 VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"

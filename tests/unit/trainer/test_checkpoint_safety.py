@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import SafeMetadataUnpickler, load_checkpoint, load_model
+from textmill.trainer.checkpoint import load_checkpoint, load_model
+from textmill.trainer.dcp_metadata import SafeMetadataUnpickler
 
 
 def test_metadata_pointing_outside_its_folder_is_refused(dist_ckpt):
