@@ -32,8 +32,9 @@ def add_tokenizer_files(p: argparse.ArgumentParser, when: str) -> None:
 
 
 def check_checkpoint(load: Path, vocab_file: Path | None = None, merge_file: Path | None = None) -> None:
-    """The checkpoint at `load` and its tokenizer, checked before torch is imported (seconds, minutes on a busy
-    machine), so that a missing one is told at once."""
-    from textmill.trainer.checkpoint import checkpoint_tokenizer, newest_meta
+    """That `load` holds a checkpoint and its tokenizer's files, checked before torch is imported (seconds,
+    minutes on a busy machine), so that a missing one is told at once; the command reads them after."""
+    from textmill.trainer.checkpoint import checkpoint_tokenizer_files, newest_meta
 
-    checkpoint_tokenizer(load, newest_meta(load), vocab_file, merge_file)
+    newest_meta(load)
+    checkpoint_tokenizer_files(load, vocab_file, merge_file)

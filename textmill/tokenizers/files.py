@@ -21,15 +21,16 @@ def open_tokenizer(vocab_file: Path | None = None, merge_file: Path | None = Non
     return None
 
 
-def tokenizer_in(folder: Path):
-    """The tokenizer whose files a folder holds (tokenizer.json, or vocab.json + merges.txt), or None."""
+def tokenizer_files_in(folder: Path) -> dict | None:
+    """open_tokenizer's arguments for the tokenizer whose files a folder holds (tokenizer.json, or vocab.json +
+    merges.txt), or None; nothing is read."""
     from textmill.tokenizers.hf import is_hf_tokenizer_folder
 
     folder = Path(folder)
     if is_hf_tokenizer_folder(folder):
-        return open_tokenizer(tokenizer_model=folder)
+        return {"tokenizer_model": folder}
     if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
-        return open_tokenizer(folder / "vocab.json", folder / "merges.txt")
+        return {"vocab_file": folder / "vocab.json", "merge_file": folder / "merges.txt"}
     return None
 
 

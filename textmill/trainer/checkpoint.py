@@ -313,17 +313,26 @@ def load_model(root: Path, device: str | torch.device = "cpu"):
     return model.to(device).eval(), ckpt
 
 
+def checkpoint_tokenizer_files(root: Path, vocab_file=None, merge_file=None) -> dict:
+    """open_tokenizer's arguments for a checkpoint's tokenizer (checkpoint_tokenizer), found without reading it;
+    one error line when there is none."""
+    from textmill.tokenizers.files import tokenizer_files_in
+
+    kept = root / "tokenizer"
+    files = {"vocab_file": vocab_file, "merge_file": merge_file} if vocab_file and merge_file else tokenizer_files_in(kept)
+    if files is None:
+        raise TextmillError(f"{kept}/ holds no vocab.json + merges.txt (nor tokenizer.json); give --vocab-file and "
+                            "--merge-file")
+    return files
+
+
 def checkpoint_tokenizer(root: Path, meta: dict, vocab_file=None, merge_file=None):
     """The tokenizer a checkpoint was trained with: the given GPT-2 files, or the copies the trainer keeps in
     `<root>/tokenizer/` (GPT-2's vocab.json + merges.txt, or a Hugging Face folder's tokenizer.json). Its
     size must be the checkpoint's unpadded vocabulary size."""
-    from textmill.tokenizers.files import open_tokenizer, tokenizer_in
+    from textmill.tokenizers.files import open_tokenizer
 
-    kept = root / "tokenizer"
-    tokenizer = open_tokenizer(vocab_file, merge_file) if vocab_file and merge_file else tokenizer_in(kept)
-    if tokenizer is None:
-        raise TextmillError(f"{kept}/ holds no vocab.json + merges.txt (nor tokenizer.json); give --vocab-file and "
-                            "--merge-file")
+    tokenizer = open_tokenizer(**checkpoint_tokenizer_files(root, vocab_file, merge_file))
     source = tokenizer.files[0]
     expected = meta.get("vocab_size")
     # A model's own tokenizer may hold fewer tokens than its embedding has rows (GPT-J and NeoX pad).
