@@ -7,6 +7,7 @@ finished its part."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -17,23 +18,56 @@ from textmill.run_file import load_config
 # luigid's port: one of the job's own, from its id, so two jobs on one node do not meet.
 PORT_BASE, PORTS = 20000, 20000
 
+# What sbatch takes for each option the command passes on: one word each, so a value can never become a second
+# #SBATCH option or a line of the script. Times as sbatch reads them (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+# D-HH:MM:SS, or no limit); partitions a comma-separated list of names.
+_NAME = r"[A-Za-z0-9_.\-]+"
+SBATCH_VALUES = {
+    "partition": (re.compile(rf"{_NAME}(,{_NAME})*"), "a partition name, or names separated by commas"),
+    "time": (re.compile(r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIMITED|INFINITE|unlimited|infinite"),
+             "a time as sbatch takes it: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
+    "account": (re.compile(_NAME), "an account name (letters, digits, _ . -)"),
+}
+
+
+def sbatch_options(nodes: int, workers: int, job_name: str, **given: str | None) -> list[str]:
+    """The script's #SBATCH options, each value checked to be one word of the shape sbatch takes."""
+    options = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={workers}"]
+    for name, value in given.items():
+        if value is None:
+            continue
+        shape, wanted = SBATCH_VALUES[name]
+        if not shape.fullmatch(value):
+            raise TextmillError(f"--{name} {value!r}: give {wanted}")
+        options.append(f"--{name}={value}")
+    return options
+
+
+def job_name(config: Path) -> str:
+    """textmill-STEM, with what is not a letter, digit, _ . or - of the run file's name made `_`."""
+    return "textmill-" + re.sub(r"[^A-Za-z0-9_.\-]", "_", config.stem)
+
 
 def job_script(config: Path, nodes: int, workers: int, partition: str | None = None, time: str | None = None,
                account: str | None = None) -> str:
-    """The sbatch script, with this Python (the environment textmill is installed in, which every node must see)."""
+    """The sbatch script, with this Python (the environment textmill is installed in, which every node must see).
+    Every path in it is shell-quoted, and a path holding a control character (a newline would end the quoted
+    word's line in a comment, and is no name a user means) is refused."""
     if nodes < 1 or workers < 1:
         raise TextmillError(f"--nodes and --workers must be at least 1, not {nodes} and {workers}")
     config = Path(config).resolve()
+    for path in (str(config), sys.executable):
+        if any(ord(c) < 32 or ord(c) == 127 for c in path):
+            raise TextmillError(f"{path!r} holds a control character (a newline?): the job script would run what "
+                                "follows it; rename it")
     load_config(config)  # a bad file is one error line now, not on the cluster
     textmill = f"{shlex.quote(sys.executable)} -m textmill.cli"
-    options = [f"--job-name=textmill-{config.stem}", f"--nodes={nodes}", "--ntasks-per-node=1",
-               f"--cpus-per-task={workers}"]
-    options += [f"--{name}={value}" for name, value in (("partition", partition), ("time", time), ("account", account))
-                if value]
+    options = sbatch_options(nodes, workers, job_name(config), partition=partition, time=time, account=account)
     state = shlex.quote(str(config.parent / ".textmill-slurm")) + '/"${SLURM_JOB_ID:-local}"'
     return "\n".join([
         "#!/bin/bash",
-        f"# Written by `textmill slurm {shlex.quote(str(config))} --nodes {nodes} --workers {workers}`: sbatch this file.",
+        f"# Written by `textmill slurm` (--nodes {nodes} --workers {workers}) for the run file srun names below: sbatch "
+        "this file.",
         *(f"#SBATCH {option}" for option in options),
         "set -euo pipefail",
         f"cd {shlex.quote(str(config.parent))}",

@@ -66,6 +66,34 @@ def test_a_lone_surrogate_in_an_evaluation_set_is_one_error_line(tmp_path, gpt2_
     assert f"{bad}:2: a lone surrogate escape" in line
 
 
+def test_fields_textmill_does_not_read_never_end_a_stage(tmp_path):
+    """Issue 62: an extra field holding a 5,000-digit number ended blacklist, dedup, clean, quality, shuffle,
+    decontaminate and tokenize (ValueError: Python's limit on reading an int), on every rerun; metadata given as
+    JSON text holding an escaped lone surrogate ended dedup, clean, quality and shuffle (UnicodeEncodeError).
+    Every document is kept now, and every URL."""
+    rng = random.Random(6)
+    huge = "1" * 5000
+    surrogate = json.dumps(json.dumps({"k": "\ud800"}, ensure_ascii=True))
+    docs = tmp_path / "in" / "docs.jsonl"
+    docs.parent.mkdir()
+    docs.write_text("".join('{"id": "d%d", "text": %s, "n": %s, "metadata": %s}\n'
+                            % (i, json.dumps(" ".join(synthweb.prose(rng, 3))), huge, surrogate) for i in range(4)))
+    lambada = str(TEST_DATA / "lambada_test.jsonl")
+    for stage, extra in [("dedup", []), ("clean", ["--min-tokens", "1"]), ("quality", ["--preset", "c4"]),
+                         ("shuffle", ["--num-shards", "1"]), ("decontaminate", ["--eval-files", lambada])]:
+        r = run_cli(stage, str(docs), "-o", str(tmp_path / stage), *extra)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (stage, r.stderr[-3000:])
+        rows = pq.read_table(tmp_path / stage).to_pylist()
+        assert len(rows) == 4 and json.loads(rows[0]["metadata"])["n"] == huge, (stage, r.stdout)
+    r = run_cli("tokenize", "--input", str(docs), "--output-prefix", str(tmp_path / "owt"),
+                "--vocab-file", str(TEST_DATA / "gpt2-vocab.json"), "--merge-file", str(TEST_DATA / "gpt2-merges.txt"))
+    assert r.returncode == 0 and "4 documents in, 4 written" in r.stdout, r.stdout + r.stderr[-3000:]
+    urls = tmp_path / "urls.jsonl"
+    urls.write_text('{"url": "http://a.example/long-enough", "n": %s}\n{"url": "http://b.example/page"}\n' % huge)
+    r = run_cli("blacklist", str(urls), "-o", str(tmp_path / "blacklist"))
+    assert r.returncode == 0 and "2 kept" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
 # -- one error line, not a traceback ---------------------------------------------------------------------
 def some_docs(path, n=40):
     rng = random.Random(9)

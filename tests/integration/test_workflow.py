@@ -88,7 +88,13 @@ def test_a_runs_corpus_exports_to_one_folder_that_datasets_loads(tmp_path, finis
                     rf"{re.escape(str(tmp_path / 'corpus'))} \[", r.stdout), r.stdout
     loaded = datasets.load_dataset("parquet", data_dir=str(tmp_path / "corpus"), split="train")
     assert len(loaded) == documents and len(set(loaded["id"])) == documents
-    assert all(p.stat().st_nlink == 2 for p in (tmp_path / "corpus").iterdir())  # linked, not copied
+    assert all(p.stat().st_nlink == 2 for p in (tmp_path / "corpus").glob("*.parquet"))  # linked, not copied
+    work = sorted(str(p) for p in (tmp_path / "work").rglob("*"))
+    r = run_cli("export", "corpus", str(config), "-o", str(tmp_path / "work"))  # issue 62: deleted the work folder
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "the run keeps" in r.stderr, r.stderr
+    assert sorted(str(p) for p in (tmp_path / "work").rglob("*")) == work
+    r = run_cli("export", "corpus", str(config), "-o", str(tmp_path / "corpus"))  # an earlier export: replaced
+    assert r.returncode == 0 and len(list((tmp_path / "corpus").glob("*.parquet"))) == 2, r.stderr
 
     r = run_cli("export", "corpus", str(config), "--stage", "clean", "-o", str(tmp_path / "clean"))
     assert r.returncode == 0 and len(list((tmp_path / "clean").glob("*.parquet"))) == 3, r.stderr  # a shard a unit

@@ -1,6 +1,6 @@
 """A web archive served from 127.0.0.1 as Common Crawl serves one: WARC files answering HTTP range requests, and an
 index server's API (pywb's `INDEX?url=URL&output=json`: JSON lines, 404 when there is no capture), built from a
-CDXJ file."""
+CDXJ file. A test may script the index's next answers for a URL (an error status, a body that is not JSON)."""
 
 import contextlib
 import json
@@ -22,6 +22,8 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path == "/index":
             self.server.lookups += 1
             url = parse_qs(parts.query)["url"][0]
+            if self.server.scripted.get(url):  # an answer the test set for this URL, once
+                return self._send(*self.server.scripted[url].pop(0))
             found = [entry for entry in self.server.entries if entry["url"] == url]
             body = "".join(json.dumps(entry) + "\n" for entry in found).encode()
             return self._send(200 if found else 404, body or b"No Captures found for: " + url.encode())
@@ -53,6 +55,8 @@ class ArchiveServer(ThreadingHTTPServer):
         self.entries = [{**json.loads(line.split(" ", 2)[2]), "urlkey": line.split(" ")[0],
                          "timestamp": line.split(" ")[1]} for line in index.read_text().splitlines()]
         self.lookups = self.ranges = 0
+        # URL -> answers (status, body, headers) its next lookups get, in order, before the index's own
+        self.scripted: dict[str, list[tuple[int, bytes, dict]]] = {}
 
     @property
     def base(self) -> str:

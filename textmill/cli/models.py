@@ -98,7 +98,8 @@ def cmd_checkpoint_convert(args) -> str:
 
 def add_export_paths(p) -> None:
     p.add_argument("--load", type=Path, required=True, help="checkpoint directory (its newest checkpoint is exported)")
-    p.add_argument("--output", type=Path, required=True, help="folder to write (replaced if it exists)")
+    p.add_argument("--output", type=Path, required=True, help="folder to write: a new or empty one, or an earlier export "
+                   "(replaced whole); a folder holding other files is refused")
 
 
 def add_target_layout(p) -> None:
@@ -178,7 +179,9 @@ def add_parsers(sub) -> None:
                            "reads it as it is.")
     p.add_argument("config", type=Path, help="the run's TOML file")
     p.add_argument("--stage", choices=list(CORPUS_STAGES), help="the stage to export (default: the run's last, its corpus)")
-    p.add_argument("--output", "-o", type=Path, required=True, help="the folder to write (replaced whole)")
+    p.add_argument("--output", "-o", type=Path, required=True, help="the folder to write: a new or empty one, or an "
+                   "earlier export (replaced whole); a folder holding other files, or holding or inside the run's "
+                   "work folder, inputs or run file, is refused")
     p.set_defaults(func=cmd_export_corpus)
 
     p = sub.add_parser("import", help="Import a model from another format (Hugging Face, Megatron-LM).",

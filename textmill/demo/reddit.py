@@ -66,11 +66,12 @@ def write_dump(rows: list[dict], path: Path) -> Path:
     month, .gz, .bz2, or plain JSON lines."""
     data = b"".join(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n" for row in rows)
     if path.suffix == ".zst":
-        import zstandard
+        from backports import zstd
 
-        params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
-        with open(path, "wb") as f, zstandard.ZstdCompressor(compression_params=params).stream_writer(f) as writer:
-            writer.write(data)
+        options = {zstd.CompressionParameter.compression_level: 3, zstd.CompressionParameter.window_log: 31,
+                   zstd.CompressionParameter.enable_long_distance_matching: True}
+        compressor = zstd.ZstdCompressor(options=options)  # streamed: a one-shot write would fit the window to the data
+        path.write_bytes(compressor.compress(data) + compressor.flush())
     else:
         path.write_bytes({".gz": lambda d: gzip.compress(d, mtime=0), ".bz2": bz2.compress}.get(path.suffix, bytes)(data))
     return path

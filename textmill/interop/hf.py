@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_folder
+from textmill.io.files import atomic_folder, exported_folder
 from textmill.tokenizers.gpt2 import EOD_TOKEN, padded_vocab_size
 from textmill.interop.families import FAMILIES, Family, hf_family
 from textmill.interop.release import checked_model, save_release
@@ -69,10 +69,14 @@ def write_tokenizer(tokenizer, max_length: int, out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+HF_EXPORT = "a Hugging Face model folder"
+
+
 def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dict:
     """Write the newest checkpoint under `load` as a Hugging Face model folder at `output`."""
     from safetensors.torch import save_file
 
+    output = exported_folder(output, HF_EXPORT)  # refused before the model is read, not after
     model, ckpt = load_model(load)
     tokenizer = checkpoint_tokenizer(load, ckpt.meta, vocab_file, merge_file)
     model_config = model.config
@@ -80,8 +84,7 @@ def export_hf(load: Path, output: Path, vocab_file=None, merge_file=None) -> dic
     ours = model.state_dict()
     vocab = ckpt.meta.get("vocab_size", tokenizer.vocab_size)  # the model's rows (a tokenizer may hold fewer)
     tensors = to_hf_state(family, ours, model_config, vocab)
-    output = Path(output)
-    with atomic_folder(output) as tmp:
+    with atomic_folder(output, HF_EXPORT) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
         config = hf_config(model_config, family, vocab, tokenizer.eod, getattr(tokenizer, "bos", None))
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

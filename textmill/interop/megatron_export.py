@@ -29,7 +29,7 @@ import torch
 from textmill.errors import TextmillError
 from textmill.interop.megatron import COLUMN_PARALLEL, GPT2, ROW_PARALLEL, STATE
 from textmill.interop.megatron_dist import COMMON, DIST_CONFIG
-from textmill.io.files import atomic_folder
+from textmill.io.files import atomic_folder, exported_folder
 from textmill.trainer.checkpoint import TRACKER
 from textmill.trainer.gpt_config import GPTConfig
 
@@ -148,6 +148,9 @@ def legacy_model(body: dict, first: dict | None, head: torch.Tensor | None) -> d
     return state
 
 
+MEGATRON_EXPORT = "a Megatron-LM checkpoint"
+
+
 def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1, names: str = "core",
                     fmt: str = "torch_dist") -> dict:
     """The newest checkpoint under `load` as a Megatron-LM GPT checkpoint in `output`: in `fmt` "torch_dist"
@@ -156,6 +159,7 @@ def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1, names: s
     from textmill.interop.hf import hf_family
     from textmill.trainer.checkpoint import load_model
 
+    output = exported_folder(output, MEGATRON_EXPORT)  # refused before the model is read, not after
     if fmt == "torch_dist" and (tp, pp, names) != (1, 1, "core"):
         raise TextmillError("a torch_dist checkpoint is whole (Megatron-LM cuts it for the layout that loads it) and "
                             "named as Megatron-core names it: --target-*-parallel-size and --legacy-names are for "
@@ -179,11 +183,10 @@ def export_megatron(load: Path, output: Path, tp: int = 1, pp: int = 1, names: s
     words = torch.cat([kept, kept.new_zeros(padded - kept.shape[0], config.hidden_size)])
     iteration = "release" if ckpt.release else int(ckpt.meta["iteration"])
     folder_name = "release" if iteration == "release" else f"iter_{iteration:07d}"
-    output = Path(output)
     args = megatron_args_of(config, vocab, padded, tp, pp, int(ckpt.meta.get("seq_length", config.max_position_embeddings)),
                             fmt)
     saved_iteration = 0 if iteration == "release" else iteration
-    with atomic_folder(output) as tmp:
+    with atomic_folder(output, MEGATRON_EXPORT) as tmp:
         if fmt == "torch_dist":
             write_dist(tmp / folder_name, dist_tensors(ours, words, config.num_layers), args, saved_iteration)
         else:

@@ -102,19 +102,47 @@ def empty_folder_beside(path: Path) -> Path:
 
 
 def replace_folder(tmp: Path, path: Path) -> None:
-    """The finished folder `tmp` in `path`'s place (an older `path` removed first): a reader finds the old
-    folder or the new one, never a part of either."""
-    if path.exists():
-        shutil.rmtree(path)
+    """The finished folder `tmp` in `path`'s place: an older `path` is renamed aside first and removed only once
+    `tmp` holds its name, so a reader finds the old folder or the new one, never a part of either, and a failure
+    between the two renames leaves the old folder whole beside (`.NAME.old`)."""
+    if not path.exists():
+        os.replace(tmp, path)
+        return
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(path, old)
     os.replace(tmp, path)
+    shutil.rmtree(old)
+
+
+# The file an export writes into its folder: a folder holding it was written by textmill and may be replaced.
+EXPORT_MARKER = ".textmill-export"
+
+
+def exported_folder(path: Path, what: str) -> Path:
+    """`path`, absolute, when an export may take it: a folder that does not exist, an empty one, or an earlier export
+    (it holds EXPORT_MARKER); anything else is one error, so that an export never deletes what it did not write."""
+    path = Path(os.path.abspath(path))
+    if path.parent == path:
+        raise TextmillError(f"cannot write {what} to {path}: give a folder of its own")
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise TextmillError(f"cannot write {what} to {path}: it is a file or a link, not a folder; give a new folder")
+    if path.is_dir() and any(path.iterdir()) and not (path / EXPORT_MARKER).is_file():
+        raise TextmillError(f"cannot write {what} to {path}: it holds files textmill did not export there (no "
+                            f"{EXPORT_MARKER}); give a new folder, or remove it yourself")
+    return path
 
 
 @contextmanager
-def atomic_folder(path: Path) -> Iterator[Path]:
-    """Yield an empty folder beside `path`; when the block ends without an error it replaces `path`."""
+def atomic_folder(path: Path, what: str = "the export") -> Iterator[Path]:
+    """Yield an empty folder beside `path`; when the block ends without an error it replaces `path`, marked as an
+    export (EXPORT_MARKER). `path` must be new, empty or an earlier export (exported_folder)."""
+    path = exported_folder(path, what)
     tmp = empty_folder_beside(path)
     try:
         yield tmp
+        (tmp / EXPORT_MARKER).write_text(f"{what}, written by textmill; the folder is replaced whole by the next "
+                                         "export to it\n")
         replace_folder(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -261,10 +289,26 @@ def bounded_lines(f, max_bytes: int) -> Iterator[tuple[bytes, bool]]:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
+def json_value(text: str | bytes) -> object:
+    """json.loads, taking any number: an integer of more digits than Python reads (4,300, its guard against
+    quadratic conversion) is kept as the string of its digits, which a field textmill reads refuses as it refuses
+    any string and any other field carries on unchanged. Invalid JSON raises json.JSONDecodeError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion": parsed again, only then
+        return json.loads(text, parse_int=_long_int)
+
+
+def _long_int(digits: str) -> int | str:
+    return int(digits) if len(digits) <= sys.get_int_max_str_digits() else digits
+
+
 def parsed_line(raw: bytes) -> tuple[object, str | None]:
     """A JSON line's value and None, or None and the reason it is not one (JSON_LINE_REASONS)."""
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json_value(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return None, "undecodable"
     except (json.JSONDecodeError, RecursionError):

@@ -18,7 +18,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from textmill.io.files import is_loose_json, iter_json_lines
+from textmill.io.files import has_lone_surrogate, is_loose_json, iter_json_lines, json_value
 from textmill.pipeline.blacklist import url_id
 from textmill.pipeline.shards import DOC_SCHEMA, holds_records, read_rows, shard_kind
 from textmill.pipeline.units import unit_origin
@@ -75,10 +75,7 @@ def document_row(record: object, where: str) -> tuple[dict, str | None]:
         return {**_BLANK, "id": where}, "missing_text"
     metadata = record.get("metadata")
     if isinstance(metadata, str):  # datatrove's readers accept metadata as JSON text too
-        try:
-            metadata = json.loads(metadata)
-        except ValueError:
-            pass
+        metadata = metadata_of_text(metadata)
     metadata = {} if metadata is None else dict(metadata) if isinstance(metadata, dict) else {"metadata": metadata}
     top = {k: v for k, v in record.items() if k not in OWN_FIELDS}
     row = dict(_BLANK)
@@ -91,6 +88,16 @@ def document_row(record: object, where: str) -> tuple[dict, str | None]:
     row["text"] = record["text"]
     row["id"] = str(record["id"]) if record.get("id") is not None else (url_id(row["url"]) if row["url"] else where)
     return row, None
+
+
+def metadata_of_text(text: str) -> object:
+    """Metadata given as JSON text, parsed; kept as the text when it is not JSON, or when it holds an escaped lone
+    surrogate (`"\\ud800"`), which no UTF-8 shard can hold: a field textmill does not read never costs a document."""
+    try:
+        value = json_value(text)
+    except (ValueError, RecursionError):
+        return text
+    return text if "\\u" in text and has_lone_surrogate(value) else value
 
 
 def _is_string(value: object) -> bool:

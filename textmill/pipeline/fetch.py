@@ -172,6 +172,13 @@ def retry_after(value: str | None) -> float | None:
         return None
 
 
+def backoff_wait(cfg: ScrapeConfig, attempt: int, rng: random.Random, asked: float | None) -> float:
+    """Seconds to wait before try `attempt + 2`: what the server asked (Retry-After), else retry_wait_s doubled
+    each time plus up to half again at random; at most timeout_s."""
+    wait = asked if asked is not None else cfg.retry_wait_s * 2**attempt * (1 + rng.random() / 2)
+    return min(wait, cfg.timeout_s)
+
+
 class Hosts:
     """What the fetches of one shard share per host: a limit on how many run at once, robots.txt, and how many of
     its URLs in a row found it down."""
@@ -241,10 +248,7 @@ class Hosts:
             if got.reason not in TRANSIENT or attempt == self.cfg.retries:
                 self.down[host] = self.down[host] + 1 if got.host_down else 0
                 return got, attempt + 1
-            wait = got.retry_after
-            if wait is None:
-                wait = self.cfg.retry_wait_s * 2**attempt * (1 + rng.random() / 2)
-            await asyncio.sleep(min(wait, self.cfg.timeout_s))
+            await asyncio.sleep(backoff_wait(self.cfg, attempt, rng, got.retry_after))
         raise AssertionError("unreachable")
 
 

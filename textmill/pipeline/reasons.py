@@ -34,11 +34,13 @@ REASONS: dict[str, dict[str, str]] = {
         "not_an_object": "the line is JSON but not an object",
         "self_post": "a text post (`is_self`), which links nowhere",
         "no_link": "no `url`, or one that is not http(s)",
-        "no_score": "no whole-number `score`",
+        "no_score": "no `score`",
+        "bad_score": "a `score` that is not a whole number of at most 64 bits (a float, a string, 10**30)",
         "low_score": "a score under --min-score",
         "subreddit_not_listed": "a subreddit not among --subreddits",
         "subreddit_excluded": "a subreddit among --exclude-subreddits",
         "nsfw": "marked over 18, without --nsfw",
+        "bad_time": "a `created_utc` that is a number but no time: infinite, NaN, or past 64 bits",
     },
     "blacklist": {
         "undecodable": "the line is not UTF-8",
@@ -65,6 +67,11 @@ REASONS: dict[str, dict[str, str]] = {
         "bad_scheme": "a redirect to a scheme other than http or https",
         "robots_disallowed": "with --robots-txt, the host's robots.txt disallows the page",
         "not_in_archive": "with --archive-index and --no-archive-fallback, the archive has no capture of the URL",
+        "archive_error=<what>": "the archive's capture of the URL could not be read (its file missing or outside "
+                                "--archive-prefix, cut short, not gzip, no response record there, the WARC host "
+                                "answering an error after every try), or, with --no-archive-fallback, its index gave "
+                                "no usable answer (unreachable or an error status after every try, not JSON, a capture "
+                                "whose fields do not have their shapes)",
         "status=<code>": "the server answered with this HTTP status",
         "content_type=<type>": "not HTML (`missing`: no Content-Type)",
         "too_large": "more than --max-bytes",

@@ -22,8 +22,8 @@ submission: a month's rejects would be the size of the month).
 from __future__ import annotations
 
 import functools
-import io
 import lzma
+import math
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,9 +39,8 @@ from textmill.pipeline.shards import ShardOutput
 from textmill.pipeline.stage_configs import RedditConfig
 from textmill.pipeline.units import OPENERS
 
-ZSTD_MAX_WINDOW = 1 << 31  # zstd --long=31, Pushshift's newer months
+ZSTD_MAX_WINDOW_LOG = 31  # zstd --long=31, Pushshift's newer months
 MAX_SUBMISSION_BYTES = 1 << 20  # a submission's line; Pushshift's are a few KB
-_READ_BYTES = 1 << 20
 
 LINK_SCHEMA = pa.schema([("url", pa.string()), ("submission_id", pa.string()), ("score", pa.int64()),
                          ("subreddit", pa.string()), ("created_utc", pa.int64()), ("source", pa.string())])
@@ -69,52 +68,15 @@ def dump_name(path: Path) -> str:
     return safe_shard_name(name)
 
 
-class ZstdFrames(io.RawIOBase):
-    """The decompressed bytes of a file of zstd frames, with windows of up to 2 GiB. A file that ends inside a frame
-    is an error (zstandard's stream reader ends quietly there, so a month cut short would read as a shorter month)."""
-
-    def __init__(self, raw: BinaryIO):
-        import zstandard
-
-        self.error = zstandard.ZstdError
-        self.raw = raw
-        self.decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-        self.frame = None  # the decompressor of the frame being read, None between frames
-        self.pending, self.offset = b"", 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while self.offset == len(self.pending):
-            chunk = self.raw.read(_READ_BYTES)
-            if not chunk:
-                if self.frame is not None:
-                    raise EOFError("the file ends inside a zstd frame (cut short?)")
-                return 0
-            self.pending, self.offset = self._decompressed(chunk), 0
-        count = min(len(buffer), len(self.pending) - self.offset)
-        buffer[:count] = self.pending[self.offset:self.offset + count]
-        self.offset += count
-        return count
-
-    def _decompressed(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            self.frame = self.frame or self.decompressor.decompressobj()
-            try:
-                out.append(self.frame.decompress(data))
-            except self.error as exc:
-                raise OSError(f"not zstd data, or damaged ({exc})") from None
-            data, self.frame = (self.frame.unused_data, None) if self.frame.eof else (b"", self.frame)
-        return b"".join(out)
-
-
 @contextmanager
 def open_dump(path: Path) -> Iterator[BinaryIO]:
-    """A dump's decompressed bytes as a stream: .zst (any window up to 2 GiB), .gz, .bz2, .xz, or plain."""
+    """A dump's decompressed bytes as a stream: .zst (any window up to 2 GiB; frames one after another), .gz, .bz2,
+    .xz, or plain. Each read decompresses at most what it asks for (a 4 GiB line packed into 131 KB is never held
+    whole), and a file that ends inside a frame is an error (EOFError), not a shorter month."""
     if path.suffix == ".zst":
-        with open(path, "rb") as raw, io.BufferedReader(ZstdFrames(raw), _READ_BYTES) as stream:
+        from backports import zstd
+
+        with zstd.open(path, "rb", options={zstd.DecompressionParameter.window_log_max: ZSTD_MAX_WINDOW_LOG}) as stream:
             yield stream
     elif path.suffix in OPENERS:
         with OPENERS[path.suffix](path, "rb") as stream:
@@ -124,17 +86,29 @@ def open_dump(path: Path) -> Iterator[BinaryIO]:
             yield stream
 
 
-def _whole_seconds(value: object) -> int | None:
-    if isinstance(value, bool):
+def fits_int64(value: object) -> bool:
+    """Whether a dump's number fits the URL list's int64 columns (a bool is no number here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
+
+
+def _whole_seconds(value: object) -> int | None | str:
+    """created_utc as whole seconds: an integer, a number or a numeric string (Pushshift wrote each in some month);
+    None when it is missing or not a number at all (-1 in the list, as before); "bad_time" when it is a number that
+    is no time (infinite, NaN, or past the int64 range)."""
+    if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return int(value)
     if isinstance(value, str):
         try:
-            return int(float(value))
+            value = float(value)
         except ValueError:
-            return None
-    return None
+            return None  # a month's string that is not a number: unknown, as a missing one
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "bad_time"
+        value = int(value)
+    if not isinstance(value, int):
+        return None
+    return value if fits_int64(value) else "bad_time"
 
 
 @functools.lru_cache(maxsize=8)
@@ -152,8 +126,10 @@ def judge(record: object, rules: RedditConfig) -> tuple[Link | None, str | None]
     if not isinstance(url, str) or not url.strip().lower().startswith(("http://", "https://")):
         return None, "no_link"
     score = record.get("score")
-    if not isinstance(score, int) or isinstance(score, bool):
+    if score is None or isinstance(score, bool):
         return None, "no_score"
+    if not fits_int64(score):  # a float, a string, a number of 5,000 digits
+        return None, "bad_score"
     if score < rules.min_score:
         return None, "low_score"
     subreddit = record.get("subreddit")
@@ -165,6 +141,8 @@ def judge(record: object, rules: RedditConfig) -> tuple[Link | None, str | None]
     if record.get("over_18") is True and not rules.nsfw:
         return None, "nsfw"
     created = _whole_seconds(record.get("created_utc"))
+    if created == "bad_time":
+        return None, "bad_time"
     return Link(url.strip(), str(record.get("id", "")), score, subreddit, -1 if created is None else created), None
 
 
@@ -176,8 +154,15 @@ def _rejected_fields(record: object) -> dict:
         value = record.get(key)
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
-    return {"url": typed("url", str), "submission_id": typed("id", str), "score": typed("score", int),
-            "subreddit": typed("subreddit", str), "created_utc": _whole_seconds(record.get("created_utc"))}
+    score, created = record.get("score"), _whole_seconds(record.get("created_utc"))
+    return {"url": typed("url", str), "submission_id": typed("id", str), "score": score if fits_int64(score) else None,
+            "subreddit": typed("subreddit", str), "created_utc": created if isinstance(created, int) else None}
+
+
+def zstd_error() -> type[Exception]:
+    from backports import zstd
+
+    return zstd.ZstdError
 
 
 def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
@@ -198,6 +183,6 @@ def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
                 else:
                     stage.reject({**_rejected_fields(record), "source": f"{dump.name}:{lineno}"}, reason)
                 shown.update(1)
-        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error, zstd_error()) as exc:
             raise TextmillError(f"cannot read {dump}: {exc}") from None
         return stage.finish(lines)

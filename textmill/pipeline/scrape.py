@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from textmill.errors import TextmillError
 from textmill.io.files import PendingFile
 from textmill.io.progress import progress
-from textmill.pipeline.archive import archive_index, read_capture
+from textmill.pipeline.archive import Archive
 from textmill.pipeline.charset import decode_html
 from textmill.pipeline.extract import ExtractionFailed, ExtractionTimeout, ExtractorPool, extract, failure_text
 from textmill.pipeline.fetch import Fetched, GuardedResolver, Hosts, HostQueue
@@ -94,20 +94,16 @@ async def _scrape_pending(
         urls = HostQueue(queue, hosts, aside=4 * cfg.concurrency)
         # The archive is a host the user named (perhaps on a private network): asked without the address guard.
         archive_session = aiohttp.ClientSession(timeout=timeout, trust_env=False) if cfg.archive_index else None
-        index = archive_index(cfg, archive_session) if cfg.archive_index else None
+        archive = Archive(cfg, archive_session) if cfg.archive_index else None
 
         async def worker() -> None:
             while (item := await urls.next()) is not None:
                 position, url_row = item
                 started = time.perf_counter()
-                tries, capture = 0, await index.lookup(url_row["url"]) if index else None
-                if capture is not None:
-                    got = await read_capture(capture, cfg.archive_prefix, archive_session, cfg.max_bytes)
-                elif index and not cfg.archive_fallback:
-                    got = Fetched(url_row["url"], reason="not_in_archive")
-                elif cfg.robots_txt and not await hosts.allowed(url_row["url"]):
+                tries, (got, capture) = 0, await archive.page(url_row["url"]) if archive else (None, None)
+                if got is None and cfg.robots_txt and not await hosts.allowed(url_row["url"]):
                     got = Fetched(url_row["url"], reason="robots_disallowed")
-                else:
+                elif got is None:  # not read from an archive
                     got, tries = await hosts.fetch_retrying(url_row["url"])
                 row = {
                     "id": url_row["id"],

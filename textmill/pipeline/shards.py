@@ -309,8 +309,8 @@ class ShardOutput:
             raise AssertionError(
                 f"{self.stage} {self.output.name}: kept {self.kept} + rejected {self.rejected} != input {n_input}"
             )
+        self._rejects.close()  # first: a reject row that cannot be written must not leave the kept file in place
         self._kept.close()
-        self._rejects.close()
         manifest = {
             "stage": self.stage,
             "textmill_version": __version__,

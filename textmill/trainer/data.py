@@ -33,10 +33,16 @@ SPLITS = ("train", "valid", "test")
 _SEPARATE_LAST_EPOCH = 0.80  # Megatron's hard-coded threshold
 
 
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+
+
 def parse_split(split: str) -> list[tuple[float, float]]:
     """'969,30,1' -> [(0, .969), (.969, .999), (.999, 1)] (Megatron HEAD: pad to three, normalise)."""
-    values = [float(x) for x in re.findall(r"[.0-9]+", split)]
-    if not values or len(values) > 3 or sum(values) <= 0:
+    pieces = [piece.strip() for piece in re.split(r"[,/]", split)]  # Megatron takes either separator
+    if not all(_DECIMAL.fullmatch(piece) for piece in pieces):
+        raise TextmillError(f"--split must be up to three non-negative numbers, e.g. 969,30,1; got {split!r}")
+    values = [float(piece) for piece in pieces]
+    if len(values) > 3 or sum(values) <= 0:
         raise TextmillError(f"--split must be up to three non-negative numbers, e.g. 969,30,1; got {split!r}")
     values = [v / sum(values) for v in values + [0.0] * (3 - len(values))]
     bounds = np.concatenate([[0.0], np.cumsum(values)])

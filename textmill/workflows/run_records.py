@@ -187,11 +187,17 @@ def export_stage(config: Path, stage: str | None, output: Path) -> dict:
     then renamed into place."""
     import pyarrow.parquet as pq
 
-    from textmill.io.files import atomic_folder
+    from textmill.io.files import atomic_folder, exported_folder
     from textmill.io.store import fetch
     from textmill.workflows.stages import STAGE_NAMES, shard_files
 
     settings = run_config(str(config))
+    output = Path(os.path.abspath(output))
+    for held in run_paths(settings):
+        if output == held or held in output.parents or output in held.parents:
+            raise TextmillError(f"cannot export to {output}: the run keeps {held} there; give a folder outside the "
+                                "run's work folder, inputs and run file")
+    exported_folder(output, "an export of a corpus stage")
     names = [s.name for s in run_stages(settings)]
     stage = stage or names[-1]
     if stage not in names:
@@ -203,7 +209,7 @@ def export_stage(config: Path, stage: str | None, output: Path) -> dict:
         raise TextmillError(f"the run of {config} has not finished its {stage} stage ({left} of {len(tasks)} task(s) "
                             f"left): textmill run {config} first")
     shards = [fetch(shard) for shard in shard_files(tasks)]
-    with atomic_folder(Path(output)) as folder:
+    with atomic_folder(output, "an export of a corpus stage") as folder:
         for shard in shards:
             try:
                 os.link(shard, folder / shard.name)
@@ -211,3 +217,12 @@ def export_stage(config: Path, stage: str | None, output: Path) -> dict:
                 shutil.copyfile(shard, folder / shard.name)
     documents = sum(pq.read_metadata(shard).num_rows for shard in shards if shard.suffix == ".parquet")
     return {"stage": stage, "shards": len(shards), "documents": documents, "output": str(output)}
+
+
+def run_paths(settings) -> list[Path]:
+    """The local files and folders a run keeps or reads: its run file, work folder and inputs (absolute)."""
+    from textmill.io.store import url_of
+
+    paths = [settings.path, settings.run.work_dir, *settings.run.urls, *settings.run.reddit_dumps,
+             *settings.run.warcs, *settings.evaluate.lambada]
+    return [Path(os.path.abspath(p)) for p in paths if url_of(Path(p)) is None]

@@ -2,10 +2,19 @@
 fingerprints that follow a file's content."""
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
-from textmill.io.files import atomic_folder, atomic_path, local_fingerprint, read_json_record, write_json
+from textmill.errors import TextmillError
+from textmill.io.files import (
+    EXPORT_MARKER,
+    atomic_folder,
+    atomic_path,
+    local_fingerprint,
+    read_json_record,
+    write_json,
+)
 
 
 def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
@@ -23,8 +32,8 @@ def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
 def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
     """An export or a checkpoint is written in a hidden folder that takes the old one's place only when
     whole: a failure part-way leaves the old folder as it was, and no hidden folder behind."""
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "old.txt").write_text("old")
+    with atomic_folder(tmp_path / "out") as tmp:
+        (tmp / "old.txt").write_text("old")
     with pytest.raises(RuntimeError):
         with atomic_folder(tmp_path / "out") as tmp:
             (tmp / "new.txt").write_text("half")
@@ -33,7 +42,28 @@ def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
     with atomic_folder(tmp_path / "out") as tmp:
         (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [EXPORT_MARKER, "new.txt"]
+
+
+def test_an_export_takes_only_a_new_or_empty_folder_or_an_earlier_export(tmp_path):
+    """Issue 62: an export replaced its folder whole, whatever it held. A folder holding files textmill did not
+    export there, a file, a link, or the root is refused in one line and left as it was."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("years of work")
+    (tmp_path / "file").write_text("a file")
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    for path, said in [(tmp_path / "mine", "it holds files textmill did not export there"),
+                       (tmp_path / "file", "it is a file or a link"), (tmp_path / "link", "it is a file or a link"),
+                       (Path("/"), "give a folder of its own")]:
+        with pytest.raises(TextmillError, match=said):
+            with atomic_folder(path) as tmp:
+                (tmp / "x").write_text("x")
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "years of work"
+    assert (tmp_path / "file").read_text() == "a file" and (tmp_path / "link").is_symlink()
+    (tmp_path / "empty").mkdir()
+    with atomic_folder(tmp_path / "empty") as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / "empty" / "x").exists()
 
 
 def test_a_damaged_record_is_said_once_and_read_as_missing(tmp_path, capsys):
