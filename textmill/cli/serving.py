@@ -15,11 +15,12 @@ def cmd_serve(args) -> str:
     from textmill.report.lines import serve_banner, served_line
     from textmill.trainer.device import pick_device
 
-    for flag in ("max_prompts", "max_prompt_tokens", "max_tokens_to_generate", "max_beam_width", "max_waiting"):
+    for flag in ("max_prompts", "max_prompt_tokens", "max_tokens_to_generate", "max_beam_width", "max_waiting",
+                 "max_connections"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise TextmillError(f"--{flag.replace('_', '-')} must be at least 1")
     limits = Limits(args.max_prompts, args.max_prompt_tokens, args.max_tokens_to_generate, args.max_beam_width,
-                    args.max_waiting)
+                    args.max_waiting, args.max_connections)
     generator = TextGenerator(args.load, limits, pick_device(args.device), args.bf16, args.vocab_file, args.merge_file)
     try:
         server = make_server(generator, args.host, args.port, args.verbose)
@@ -86,6 +87,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-waiting", type=int, default=64,
                    help="most requests queued behind the batch being generated; one more is answered 503 with a "
                    "Retry-After header")
+    p.add_argument("--max-connections", type=int, default=256,
+                   help="most connections open at once, each served by a thread of its own (an idle or slow client "
+                   "holds one); one more is answered 503 with a Retry-After header and closed")
     add_tokenizer_files(p, saved_tokenizer)
     p.add_argument("--device", default="auto", help="cuda, cpu, or auto")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")

@@ -28,6 +28,7 @@ class Limits:
     max_tokens_to_generate: int | None = None  # None: the model's positions
     max_beam_width: int = 16  # beams x vocabulary logits a step, and a key/value cache per beam
     max_waiting: int = 64  # requests queued behind the batch being generated; one more is answered 503
+    max_connections: int = 256  # connections open at once, each a thread; one more is answered 503
 
 
 def is_int(value) -> bool:

@@ -24,42 +24,26 @@ never takes the server down.
 from __future__ import annotations
 
 import json
-import math
 import select
 import socket
 import sys
 import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from textmill.inference.batcher import Batcher, Busy, ClientGone
 from textmill.inference.requests import BadRequest, Limits, parse_api_request, parse_completion_request, refuse_constant
 from textmill.io.files import has_lone_surrogate
 from textmill.io.numbers import whole_number
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DRAIN_BYTES = 64 << 20  # a larger body is not read at all: the connection is closed after the 400
-CLIENT_CHECK_SECONDS = 0.2  # how often a request waiting for its answer looks whether its client is still there
 
 if TYPE_CHECKING:  # torch comes with generation, imported where a request or the model needs it
     from textmill.inference.generate import Generation, SamplingParams
-
-
-class Busy(Exception):
-    """The queue is full: answered with HTTP 503 and a Retry-After of `seconds`."""
-
-    def __init__(self, waiting: int, seconds: int):
-        super().__init__(f"the server is busy: {waiting} requests wait already (its --max-waiting); retry after "
-                         f"{seconds} s")
-        self.seconds = seconds
-
-
-class ClientGone(Exception):
-    """The client closed its connection before its answer was ready: nothing is sent."""
 
 
 class TextGenerator:
@@ -154,90 +138,9 @@ class TextGenerator:
                           "total_tokens": prompt_tokens + completion_tokens}}
 
 
-@dataclass(eq=False)
-class Waiting:
-    """A request in the queue: its prompts and settings, the answer its handler waits for, and whether its
-    client has gone."""
-    prompts: list[list[int]]
-    params: SamplingParams
-    answer: Future = field(default_factory=Future)
-    gone: threading.Event = field(default_factory=threading.Event)
-
-
-class Batcher:
-    """Generation on one worker thread. Requests queue up while it works (at most limits.max_waiting); it
-    then takes the oldest and every waiting request with the same settings (up to max_prompts prompts) as
-    one batch."""
-
-    def __init__(self, generator: TextGenerator):
-        self.generator = generator
-        self.pending: list[Waiting] = []
-        self.ready = threading.Condition()
-        self.batches = 0
-        self.stopped_batches = 0  # given up between tokens: every client of the batch had gone
-        self.batch_seconds = 1.0  # how long the last batch took: what a client refused for a full queue waits
-        threading.Thread(target=self.work, daemon=True, name="generation").start()
-
-    def __call__(self, prompts: list[list[int]], params: SamplingParams,
-                 client_gone: Callable[[], bool]) -> list[Generation]:
-        """The request's generations, once its batch is done. Busy when the queue is full; ClientGone (the
-        request dropped, or its batch stopped once no one else waits for it) when `client_gone` says so."""
-        request = Waiting(prompts, params)
-        with self.ready:
-            if len(self.pending) >= self.generator.limits.max_waiting:
-                raise Busy(len(self.pending), math.ceil(self.batch_seconds))
-            self.pending.append(request)
-            self.ready.notify()
-        while True:
-            try:
-                return request.answer.result(timeout=CLIENT_CHECK_SECONDS)
-            except TimeoutError:
-                if client_gone():
-                    request.gone.set()
-                    with self.ready:
-                        if request in self.pending:
-                            self.pending.remove(request)
-                    raise ClientGone from None
-
-    def next_batch(self) -> list[Waiting]:
-        with self.ready:
-            while not self.pending:
-                self.ready.wait()
-            first = self.pending.pop(0)
-            batch, rest, count = [first], [], len(first.prompts)
-            # A seeded sampling request draws from its own generator; in a batch its draws would depend
-            # on the other rows, so it goes alone.
-            shareable = first.params.greedy or first.params.seed is None
-            for item in self.pending:
-                if shareable and item.params == first.params and count + len(item.prompts) <= self.generator.limits.max_prompts:
-                    batch.append(item)
-                    count += len(item.prompts)
-                else:
-                    rest.append(item)
-            self.pending = rest
-            return batch
-
-    def work(self) -> None:
-        from textmill.inference.generate import Cancelled
-
-        while True:
-            batch = self.next_batch()
-            started = time.perf_counter()
-            try:
-                out = self.generator([p for item in batch for p in item.prompts], batch[0].params,
-                                     lambda batch=batch: all(item.gone.is_set() for item in batch))
-            except Cancelled:
-                self.stopped_batches += 1
-                continue
-            except Exception as exc:  # reported to each waiting request as a 500
-                for item in batch:
-                    item.answer.set_exception(exc)
-                continue
-            self.batches += 1
-            self.batch_seconds = time.perf_counter() - started
-            for item in batch:
-                item.answer.set_result(out[: len(item.prompts)])
-                out = out[len(item.prompts) :]
+# The poll events of a client that has closed: its end of stream (even with data unread), a hangup, an error.
+_HANGUP = (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL) if hasattr(select, "POLLRDHUP") else 0
+BUSY_ANSWER_S = 5  # what Retry-After asks of a connection refused because too many are open
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -277,9 +180,15 @@ class Handler(BaseHTTPRequestHandler):
         return data
 
     def client_gone(self) -> bool:
-        """Whether the client has closed its connection (end of stream, or a reset): a socket with nothing
-        to read is still there, and one holding the client's next request too."""
+        """Whether the client has closed its connection (its end of stream, or a reset), whatever it sent before
+        it closed: the socket is watched (Linux's POLLRDHUP), not only read, so bytes left unread past a request's
+        body do not hide the close. A client that only shuts down its sending half is taken as gone, as nginx
+        takes one. Elsewhere, a socket that reads as ended is gone."""
         try:
+            if _HANGUP:
+                poller = select.poll()
+                poller.register(self.connection, _HANGUP)
+                return bool(poller.poll(0))
             readable, _, _ = select.select([self.connection], [], [], 0)
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
@@ -371,8 +280,46 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
+    """A thread a connection, at most `max_connections` at once (Limits): one more is answered 503 with Retry-After
+    on the accepting thread, without a thread of its own, so slow or idle connections cannot take the machine's
+    threads (800 slowloris connections held 807 threads before)."""
+
     daemon_threads = True
     request_queue_size = 1024  # the listen backlog: socketserver's 5 resets connections when many clients arrive at once
+    max_connections = 256
+    open_connections = 0
+
+    def process_request(self, request, client_address) -> None:
+        with self.connections_lock:
+            full = self.open_connections >= self.max_connections
+            self.open_connections += not full
+        if full:
+            self.refuse(request)
+        else:
+            super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.connections_lock:
+                self.open_connections -= 1
+
+    def refuse(self, request) -> None:
+        """503 to a connection past max_connections, sent without waiting on the client, then closed."""
+        body = json.dumps({"message": f"the server is busy: {self.max_connections} connections are open already "
+                           "(its --max-connections)"}).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                f"\r\nRetry-After: {BUSY_ANSWER_S}\r\nConnection: close\r\n\r\n").encode()
+        with self.stats_lock:
+            self.stats["requests"] += 1
+            self.stats["busy"] += 1
+        try:
+            request.setblocking(False)
+            request.send(head + body)  # a few hundred bytes: the socket's buffer takes them at once
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def handle_error(self, request, client_address) -> None:
         """A client that leaves mid-request is no fault of the server's; anything else is one line, not
@@ -385,6 +332,8 @@ class Server(ThreadingHTTPServer):
 
 def make_server(generator: TextGenerator, host: str = "127.0.0.1", port: int = 5000, verbose: bool = False) -> Server:
     server = Server((host, port), Handler)
+    server.max_connections = generator.limits.max_connections
+    server.connections_lock = threading.Lock()
     server.generator = generator
     server.batcher = Batcher(generator)
     server.verbose = verbose

@@ -26,6 +26,7 @@ Everything that is not a tensor is JSON (`textmill.json`).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -143,11 +144,16 @@ def written_files(folder: Path) -> dict[str, dict]:
 def verify_files(folder: Path, recorded) -> None:
     """Refuse a checkpoint folder whose files are not those `recorded` when it was written (written_files):
     every size is compared, and each process of a torchrun world hashes its share of the files, so a
-    checkpoint is read once more in all, not once per rank. A checkpoint written before textmill recorded
-    its files (`recorded` None) is taken as it is."""
+    checkpoint is read once more in all, not once per rank. A checkpoint without the record (written before
+    textmill kept one, or its record lost: `recorded` None or empty) is taken as it is, with one warning: the
+    record is a checksum against damage, not a signature, and cannot tell a changed file without it."""
     from textmill.trainer.parallel.dims import world_from_env
 
-    if recorded is None:
+    world, rank, _ = world_from_env()
+    if not recorded:
+        if rank == 0:
+            print(f"textmill: warning: {folder} holds no record of its files' sizes and sha256 sums ({META_FILE}: "
+                  "'files'); loaded unverified", file=sys.stderr)
         return
     record = folder / META_FILE
     if not isinstance(recorded, dict) or not all(
@@ -164,7 +170,6 @@ def verify_files(folder: Path, recorded) -> None:
         size = file.stat().st_size
         if size != entry["bytes"]:
             raise TextmillError(f"{file}: damaged, {size} bytes where {entry['bytes']} were written{advice}")
-    world, rank, _ = world_from_env()
     for name in names[rank::world]:
         if sha256_of(folder / name) != recorded[name]["sha256"]:
             raise TextmillError(f"{folder / name}: damaged, its sha256 differs from the one recorded when it "

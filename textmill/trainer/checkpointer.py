@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from textmill.errors import TextmillError
-from textmill.trainer.checkpoint import Checkpoint, is_writer, load_checkpoint, save_checkpoint, start_checkpoint
+from textmill.trainer.checkpoint import (
+    Checkpoint,
+    is_writer,
+    load_checkpoint,
+    read_tracker,
+    save_checkpoint,
+    start_checkpoint,
+)
 from textmill.trainer.gpt_config import GPTConfig
 from textmill.trainer.parts import ModelParts
 from textmill.trainer.train_config import check_vocabulary
@@ -77,6 +84,20 @@ class Checkpointer:
         if self.pending is not None:
             self.pending.wait()
             self.pending = None
+
+    def check_save_folder(self, start: int) -> None:
+        """A run that starts at iteration `start` saves the iterations after it: refused when the save folder holds
+        a newer checkpoint, which the run would replace and un-name (its tracker moved back to an older one), as
+        Megatron-LM does without a word to a user who forgot --load."""
+        save = self.settings.save
+        try:
+            newest = read_tracker(save) if save is not None else None
+        except TextmillError:  # a damaged tracker names no checkpoint to lose; the next save writes it whole
+            return
+        if isinstance(newest, int) and newest > start:
+            raise TextmillError(f"{save} holds a checkpoint of iteration {newest}, newer than where this run starts "
+                                f"({start}): the run would replace it and name an older one; resume it with --load "
+                                f"{save}, or --save to another folder")
 
     def load(self, root: Path, parts: ModelParts, run: Stateful, ckpt: Checkpoint | None = None) -> None:
         """The newest checkpoint of `root` (`ckpt`, when already read): weights into `parts`, and unless it is

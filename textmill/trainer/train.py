@@ -129,6 +129,7 @@ class Trainer:
                                          checkpoint_group(config, self.dims))
         if config.load:
             self.checkpointer.load(config.load, self.parts, self, checked.loaded)
+        self.checkpointer.check_save_folder(self.state.iteration)
 
     def micro_batches_per_step(self) -> int:
         return self.config.global_batch_size // (self.config.micro_batch_size * self.dims.dp)

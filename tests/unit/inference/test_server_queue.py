@@ -58,12 +58,13 @@ def in_background(server, body) -> dict:
     return answer
 
 
-def sent_and_abandoned(server, body) -> None:
-    """A request written on a socket that is then closed without reading the answer."""
+def sent_and_abandoned(server, body, trailing: bytes = b"") -> None:
+    """A request written on a socket (and `trailing`, bytes past its body) that is then closed without reading the
+    answer."""
     data = json.dumps(body).encode()
     with socket.create_connection(server.server_address[:2]) as sock:
         sock.sendall(b"PUT /api HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+                     b"Content-Length: %d\r\n\r\n%s%s" % (len(data), data, trailing))
         wait_for(lambda: health(server)["waiting"] >= 1 or server.generator.started.is_set())
 
 
@@ -109,6 +110,44 @@ def test_a_request_whose_client_hung_up_is_dropped_from_the_queue(held):
     running["thread"].join(HANG_GUARD_S)
     assert running["reply"][0] == 200
     assert health(held)["batches"] == 1  # the abandoned request was never generated
+
+
+def test_a_client_that_sent_bytes_past_its_body_and_closed_is_gone_too(held):
+    """Issue 62: 30 heavy batches of clients that had each sent 100,000 bytes past the body before closing were all
+    generated (a read of the socket found those bytes, not its end), and an ordinary request waited 414.8 s."""
+    running = in_background(held, ASK)
+    wait_for(held.generator.started.is_set)
+    for _ in range(2):  # the queue's bound (max_waiting)
+        sent_and_abandoned(held, {**ASK, "tokens_to_generate": 9}, trailing=b"x" * 100_000)
+    wait_for(lambda: health(held)["abandoned"] == 2)
+    assert health(held)["waiting"] == 0
+    held.generator.release.set()
+    running["thread"].join(HANG_GUARD_S)
+    assert running["reply"][0] == 200 and health(held)["batches"] == 1  # neither was generated
+
+
+def test_connections_past_the_bound_are_answered_503_without_a_thread_each(gpt2_ckpt):
+    """Issue 62: slowloris connections held a thread each with no bound (800 connections, 807 threads)."""
+    server = make_server(TextGenerator(gpt2_ckpt, Limits(max_connections=3)), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threads = threading.active_count()
+    idle = [socket.create_connection(server.server_address[:2]) for _ in range(3)]
+    try:
+        idle[0].sendall(b"PUT /api HTTP/1.1\r\nHost: x\r\n")  # a request begun and never finished
+        wait_for(lambda: server.open_connections == 3)
+        refused = []
+        for _ in range(20):
+            with socket.create_connection(server.server_address[:2], timeout=HANG_GUARD_S) as sock:
+                refused.append(sock.recv(65536).decode())
+        assert all(r.startswith("HTTP/1.1 503 ") and "Retry-After: 5" in r and "--max-connections" in r for r in refused)
+        assert threading.active_count() <= threads + 3
+    finally:
+        for sock in idle:
+            sock.close()
+    wait_for(lambda: server.open_connections == 0)
+    assert put(server, ASK)[0] == 200
+    server.shutdown()
+    server.server_close()
 
 
 def test_a_batch_whose_clients_all_hung_up_stops_between_tokens(held):

@@ -65,14 +65,21 @@ def test_a_checkpoint_damaged_on_disk_is_refused_naming_the_file(fmt, gpt2_ckpt,
         load_model(root)
 
 
-def test_a_checkpoint_written_before_files_were_recorded_still_loads(gpt2_ckpt, tmp_path):
+def test_a_checkpoint_without_its_files_record_loads_with_one_warning_that_it_is_unverified(gpt2_ckpt, tmp_path, capsys):
+    """Written before textmill recorded its files, or the record lost (issue 62: no `files`, `{}` or `null` loaded
+    damaged weights without a word): it loads, saying once that nothing was verified."""
     root = tmp_path / "old"
     shutil.copytree(gpt2_ckpt, root)
-    meta_file = load_checkpoint(root).path / "textmill.json"
+    folder = load_checkpoint(root).path
+    meta_file = folder / "textmill.json"
     meta = json.loads(meta_file.read_text())
     assert set(meta.pop("files")) == {"mp_rank_00/model_optim_rng.pt"}
-    meta_file.write_text(json.dumps(meta))
-    load_model(root)
+    capsys.readouterr()
+    for record in ({}, {"files": {}}, {"files": None}):
+        meta_file.write_text(json.dumps({**meta, **record}))
+        load_model(root)
+        assert capsys.readouterr().err == (f"textmill: warning: {folder} holds no record of its files' sizes and "
+                                           "sha256 sums (textmill.json: 'files'); loaded unverified\n"), record
     meta["files"] = {"../../elsewhere": {"bytes": 1, "sha256": "0"}}
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(TextmillError, match="'files' record is not a list of sizes"):

@@ -91,3 +91,19 @@ def test_a_checkpoint_of_another_model_is_refused_in_one_line(tmp_path):
     other = GPTConfig(**{**CONFIG.to_dict(), "num_layers": 3})
     with pytest.raises(TextmillError, match="num_layers"):
         Checkpointer(settings(tmp_path, model_config=other), print).load(tmp_path, model_parts(seed=1), Counter())
+
+
+def test_a_run_that_would_replace_and_un_name_a_newer_checkpoint_is_refused(tmp_path):
+    """Issue 62: `textmill train --save CK` without --load, into a folder holding a finished run, replaced its
+    iteration 3 and moved the tracker from 6 back to 3, without a word."""
+    for iteration in (3, 6):
+        Checkpointer(settings(tmp_path), print).save(iteration, model_parts(seed=1), Counter())
+    tracker = (tmp_path / "latest_checkpointed_iteration.txt").read_text()
+    for start in (0, 3, 5):
+        with pytest.raises(TextmillError, match=f"holds a checkpoint of iteration 6, newer than where this run starts "
+                                                f"\\({start}\\).*--load {tmp_path}"):
+            Checkpointer(settings(tmp_path), print).check_save_folder(start)
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == tracker
+    Checkpointer(settings(tmp_path), print).check_save_folder(6)  # resumed from it: goes on
+    Checkpointer(settings(tmp_path / "new"), print).check_save_folder(0)
+    Checkpointer(settings(None), print).check_save_folder(0)
