@@ -39,6 +39,7 @@ from textmill.errors import TextmillError
 from textmill.io.numbers import whole_number
 from textmill.pipeline.blacklist import normalize_url
 from textmill.pipeline.fetch import HTML_TYPES, Fetched, backoff_wait, retry_after
+from textmill.pipeline.stored_http import stored_response
 
 # A record holds its page's body and its WARC and HTTP headers: what a record may take beyond max_bytes.
 RECORD_HEADROOM = 1 << 20
@@ -281,7 +282,7 @@ async def read_capture(capture: Capture, prefix: str, session, max_bytes: int) -
     """The capture's record, read alone (a range request, or a seek), as the fetch of its URL would have gone:
     its status, Content-Type and body (its transfer and content encodings undone, at most max_bytes); a record
     longer than a page of max_bytes can be is `too_large`, unread. What cannot be read raises ArchiveError."""
-    from fastwarc.warc import ArchiveIterator
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     limit = max_bytes + RECORD_HEADROOM
     if capture.length > limit:
@@ -294,8 +295,8 @@ async def read_capture(capture: Capture, prefix: str, session, max_bytes: int) -
         data = _inflated(data, limit)
         if data is None:
             return Fetched(capture.url, reason="too_large")
-    for record in ArchiveIterator(io.BytesIO(data), parse_http=True, auto_decode="all", fsspec_args=False):
-        if record.http_headers is None:
+    for record in ArchiveIterator(io.BytesIO(data), parse_http=False, fsspec_args=False):
+        if record.record_type != WarcRecordType.response:
             break
         return archived_response(record, capture.url, max_bytes)
     raise ArchiveError("no_response_record")
@@ -349,22 +350,26 @@ def _inflated(data: bytes, limit: int) -> bytes | None:
 
 
 def archived_response(record, url: str, max_bytes: int) -> Fetched:
-    """A WARC response record (FastWARC's, its HTTP parsed) as the fetch of `url` would have gone: its status, and
-    its Content-Type and body (encodings undone, at most max_bytes) or the reason the page is not taken
-    (broken_response, status=, content_type=, too_large), as the live fetch judges a response."""
-    http = record.http_headers
-    if http is None:
-        return Fetched(url, reason="broken_response")
-    if http.status_code != 200:
-        return Fetched(url, http.status_code, reason=f"status={http.status_code}")
-    content_type = http.get("Content-Type")
-    mime = (content_type or "").split(";")[0].strip().lower()
-    if mime not in HTML_TYPES:
-        return Fetched(url, http.status_code, reason=f"content_type={mime or 'missing'}")
-    body = record.reader.read(max_bytes + 1)
-    if len(body) > max_bytes:
-        return Fetched(url, http.status_code, reason="too_large")
-    return Fetched(url, http.status_code, body, content_type=content_type)
+    """A WARC response record (FastWARC's, read with parse_http=False) as the fetch of `url` would have gone: its
+    status, and its Content-Type and body (encodings undone, at most max_bytes) or the reason the page is not
+    taken (broken_response, status=, content_type=, too_large), as the live fetch judges a response. Whatever the
+    record holds, it is this page's answer (textmill.pipeline.stored_http), never the archive's end."""
+
+    def wanted(status: int, headers: dict[str, str]) -> bool:  # a page rejected by its headers is not read
+        return status == 200 and _mime(headers) in HTML_TYPES
+
+    got = stored_response(record.reader, max_bytes, wanted)
+    if got.reason:
+        return Fetched(url, got.status, reason=got.reason)
+    if got.status != 200:
+        return Fetched(url, got.status, reason=f"status={got.status}")
+    if _mime(got.headers) not in HTML_TYPES:
+        return Fetched(url, got.status, reason=f"content_type={_mime(got.headers) or 'missing'}")
+    return Fetched(url, got.status, got.body, content_type=got.headers.get("content-type"))
+
+
+def _mime(headers: dict[str, str]) -> str:
+    return headers.get("content-type", "").split(";")[0].strip().lower()
 
 
 def cdxj_lines(warc: Path, filename: str) -> list[str]:

@@ -121,7 +121,8 @@ REASONS["extract"] = REASONS["scrape"]
 # A page read from a web archive is rejected for what would reject it once fetched.
 REASONS["warc"] = {
     "bad_url": "the record's WARC-Target-URI is not an http(s) URL",
-    "broken_response": "the record holds no HTTP response that can be parsed",
+    "broken_response": "the record holds no HTTP response that can be read: its status line does not parse, its "
+                       "headers pass 64 KiB, or its body's Content-Encoding breaks part-way",
     **{reason: says for reason, says in REASONS["scrape"].items()
        if reason in ("status=<code>", "content_type=<type>", "too_large", "binary_content")},
     **EXTRACTION,

@@ -293,7 +293,9 @@ def _ends_whole(path: Path, last: int) -> bool:
         f.seek(last)
         member = zlib.decompressobj(31)
         for block in iter(lambda: f.read(_BLOCK), b""):
-            member.decompress(block, 0)
+            while block and not member.eof:  # a block at a time out too: a 1 GiB record of zeros is 1 MB in
+                member.decompress(block, _BLOCK)
+                block = member.unconsumed_tail
             if member.eof:
                 return not member.unused_data and not f.read(1)
     return False

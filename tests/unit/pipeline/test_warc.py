@@ -125,3 +125,69 @@ def test_an_archive_cut_short_is_one_error(web, tmp_path, cut):
     (tmp_path / "cut.warc").write_bytes(plain[: int(len(plain) * cut)])
     with pytest.raises(TextmillError, match="cut short"):
         warc_units(tmp_path / "cut.warc", 10)
+
+
+def hostile_archive(path, page: bytes) -> None:
+    """A good page, then each response issue 62 found ending its whole unit, each between good pages."""
+    html = [("Content-Type", "text/html")]
+    chunked, gz = ("Transfer-Encoding", "chunked"), ("Content-Encoding", "gzip")
+    odd = {
+        "chunk-zz": ([*html, chunked], b"zz\r\n" + page + b"\r\n0\r\n\r\n"),
+        "chunk-huge": ([*html, chunked], b"ffffffffffffffff\r\n" + page + b"\r\n0\r\n\r\n"),
+        "dechunked": ([*html, chunked], page),  # pywb's quirk: stored de-chunked under its chunked header
+        "not-gzip": ([*html, gz], page),
+        "gzip-6mib": ([*html, gz], gzip.compress(page * (6 * 1024 * 1024 // len(page) + 1))),
+        "gzip-bomb": ([*html, gz], gzip.compress(bytes(1 << 30), 1)),
+        "headers": ([*html, *((f"X-H{i}", "v") for i in range(100_000))], page),
+    }
+    with open(path, "wb") as f:
+        f.write(response_record("http://a.example/first", CRAWLED_AT, 200, html, page))
+        for name, (headers, body) in odd.items():
+            f.write(response_record(f"http://a.example/{name}", CRAWLED_AT, 200, headers, body))
+            f.write(response_record(f"http://a.example/after-{name}", CRAWLED_AT, 200, html, page))
+
+
+def test_one_odd_response_is_that_pages_answer_and_every_other_page_of_the_unit_is_kept(tmp_path):
+    """Issue 62: a chunk size `zz` or `ffffffffffffffff`, a gzip Content-Encoding that is not gzip, a gzip body
+    decoding past max_bytes, a gzip bomb and 100,000 header lines each ended the unit ("cannot read ... as WARC"),
+    every rerun. Each is one record's answer now, read as warcio reads it."""
+    page = synthweb.html_page("Odd", synthweb.prose(__import__("random").Random(2), 4)).encode()
+    hostile_archive(tmp_path / "odd.warc.gz", page)
+    kept, rejected, [manifest] = read_all(tmp_path / "odd.warc.gz", tmp_path)
+    assert {r["url"].removeprefix("http://a.example/"): r["reason"] for r in rejected} == {
+        "gzip-6mib": "too_large", "gzip-bomb": "too_large", "headers": "broken_response"}
+    kept_names = [r["url"].removeprefix("http://a.example/") for r in kept]
+    assert kept_names == ["first", "chunk-zz", "after-chunk-zz", "chunk-huge", "after-chunk-huge", "dechunked",
+                          "after-dechunked", "not-gzip", "after-not-gzip", "after-gzip-6mib", "after-gzip-bomb",
+                          "after-headers"]
+    texts = {name: row["text"] for name, row in zip(kept_names, kept, strict=True)}
+    assert texts["dechunked"] == texts["not-gzip"] == texts["first"]
+    assert manifest["counts"]["input"] == 15 == len(kept) + len(rejected)
+
+
+def test_a_3_gib_record_as_the_archives_last_member_is_read_in_bounded_memory(tmp_path):
+    """Issue 62: a 1 GiB record of zeros as the last gzip member of an archive took 2.1 GB (3 GiB: 6.2 GB) though
+    its page was rejected: the check that the last member ends whole inflated a block of the file whole."""
+    import zlib
+
+    from support.memory import run_measured
+
+    path = tmp_path / "big.warc.gz"
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"
+    head = (b"WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-000000000001>\r\n"
+            b"WARC-Date: " + CRAWLED_AT.encode() + b"\r\nWARC-Target-URI: http://a.example/big\r\n"
+            b"Content-Type: application/http; msgtype=response\r\nContent-Length: %d\r\n\r\n" % (len(http) + (3 << 30)))
+    with open(path, "wb") as f:
+        f.write(response_record("http://a.example/first", CRAWLED_AT, 200, [("Content-Type", "text/html")],
+                                b"<html><body><p>" + b"A few words. " * 40 + b"</p></body></html>"))
+        member, zeros = zlib.compressobj(1, wbits=31), bytes(1 << 24)
+        f.write(member.compress(head + http))
+        for _ in range(3 * 64):
+            f.write(member.compress(zeros))
+        f.write(member.compress(b"\r\n\r\n") + member.flush())
+    code = ("import sys; from pathlib import Path; from textmill.pipeline.units import warc_units; "
+            "from textmill.pipeline.warc import warc_shard; from textmill.pipeline.stage_configs import ScrapeConfig; "
+            "[unit] = warc_units(Path(sys.argv[1]), 100); "
+            "m = warc_shard(unit, Path(sys.argv[2]), ScrapeConfig(extract_workers=0)); result = m['reasons']")
+    reasons, peak_mb = run_measured(code, str(path), str(tmp_path / "out" / "big.parquet"))
+    assert reasons == {"too_large": 1} and peak_mb < 500, (reasons, peak_mb)
