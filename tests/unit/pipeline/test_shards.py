@@ -59,6 +59,21 @@ def test_exception_inside_stage_leaves_no_files(tmp_path):
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # (an empty .rejects folder may stay)
 
 
+def test_a_reject_that_cannot_be_written_leaves_no_kept_list_under_its_name(tmp_path):
+    """Issue 62: a reject row its columns could not hold failed as the rejects were flushed, after the kept JSON-lines
+    list had been renamed into place: a part-written list without a manifest, which blacklist took as finished."""
+    import pyarrow as pa
+
+    out = tmp_path / "RS_2011-01.jsonl"
+    schema = pa.schema([("url", pa.string()), ("score", pa.int64())])
+    with pytest.raises(OverflowError):
+        with ShardOutput("reddit-urls", out, schema, [], {}) as stage:
+            stage.keep({"url": "http://a.example/", "score": 5})
+            stage.reject({"url": "http://b.example/", "score": 10**30}, "low_score")
+            stage.finish(2)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 def test_split_pieces_count_once(tmp_path):
     with ShardOutput("t", tmp_path / "a.parquet", DOC_SCHEMA, [], {}) as stage:
         stage.keep_pieces([doc(0), doc(1), doc(2)])
