@@ -33,6 +33,7 @@ from textmill.pipeline.stage_configs import (
 from textmill.settings import SEED_MAX, Settings, example_table, from_table, key_params, reference_table, setting
 from textmill.tokenizers.tokenize_config import TokenizeConfig
 from textmill.trainer.train_config import TrainConfig
+from textmill.variants import Ablation, read_ablation, split_variant, with_variant
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,8 @@ class RunConfig:
     # A stage command (`textmill dedup IN... -o OUT`) runs one corpus stage's tasks alone: its input files
     # are [run] urls, its output folder [run] work_dir. None for a run file's whole run.
     command: str | None = None
+    ablation: Ablation | None = None  # the file's [ablation] table, read
+    variant: str | None = None  # "NAME@SEED" when these are a variant's settings (textmill.variants)
 
 
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
@@ -219,7 +222,8 @@ CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape"
 
 def load_config(path: str | Path) -> RunConfig:
     """A run file (TOML), or the JSON file a stage command writes for its tasks: the same tables, and
-    `command`, the stage it runs alone."""
+    `command`, the stage it runs alone; or a variant of a run file (PATH#VARIANT@SEED: textmill.variants)."""
+    path, variant, seed = split_variant(str(path))
     path = Path(path).resolve()
     try:
         text = path.read_text(encoding="utf-8")
@@ -233,6 +237,9 @@ def load_config(path: str | Path) -> RunConfig:
     except ValueError as exc:
         raise TextmillError(f"{path}: not valid JSON ({exc})") from None
     command = raw.pop("command", None) if path.suffix == ".json" else None
+    ablation = read_ablation(raw.pop("ablation", None), path)
+    if variant is not None:
+        raw = with_variant(raw, ablation, path, variant, seed)
     if command is not None and command not in CORPUS_STAGES:
         raise TextmillError(f"{path}: command {command!r} is not a corpus stage ({', '.join(CORPUS_STAGES)})")
     configure(storage_options(path, raw.pop("storage", {})))
@@ -240,14 +247,16 @@ def load_config(path: str | Path) -> RunConfig:
     if unknown:
         raise TextmillError(f"{path}: no section [{unknown[0]}] (sections: {', '.join(TABLES)})")
     try:
-        settings = checked(path, {**read_tables(path, raw), "command": command})
+        settings = checked(path, {**read_tables(path, raw), "command": command, "ablation": ablation,
+                                  "variant": None if variant is None else f"{variant}@{seed}"})
         if settings.train.enabled:
             check_train({k: v for k, v in raw.get("train", {}).items() if k not in WORKFLOW_TRAIN_KEYS}, path,
                         settings.tokenize)
         fetch_inputs(settings)
         return settings
     except TextmillError as exc:
-        raise TextmillError(f"{path}: {exc}") from None
+        where = path if variant is None else f"{path}, variant {variant} ([ablation.variants.{variant}])"
+        raise TextmillError(f"{where}: {exc}") from None
 
 
 def storage_options(path: Path, table) -> dict[str, dict]:

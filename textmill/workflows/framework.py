@@ -32,6 +32,7 @@ from textmill.pipeline.units import LineUnit, RowUnit
 from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, key_of, listed_inputs, listed_units, run_config
 from textmill.workflows.sources import dump_files, graph_inputs, input_kind
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
+from textmill.workflows.variant_tasks import SharedAcrossVariants
 
 
 # A unit of work the graph starts from: lines of a URL list or of JSON lines, rows of a Parquet file, or a
@@ -75,8 +76,9 @@ def unit_name(unit: Unit) -> str:
     return shard_stem(unit) if isinstance(unit, Path) else unit.name
 
 
-class RunTask(luigi.Task):
-    """A task of the run described by `config`, writing into WORK/`stage`/KEY."""
+class RunTask(luigi.Task, metaclass=SharedAcrossVariants):
+    """A task of the run described by `config`, writing into WORK/`stage`/KEY (a variant's task that has the
+    key of an earlier variant's is that task: variant_tasks.py)."""
 
     config = luigi.Parameter(description="the run's TOML file (a stage command's JSON file)")
     stage: str

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from textmill.run_file import RunConfig, load_config
+from textmill.variants import split_variant, variant_config
 
 
 def key_of(*parts) -> str:
@@ -51,19 +52,21 @@ def forget() -> None:
 
 
 def run_config(config: str) -> RunConfig:
-    """The run's configuration, read again only when the file changes."""
-    path = _resolved(config)
-    return _read_config(str(path), path.stat().st_mtime_ns)
+    """The run's configuration (or a variant's: textmill.variants), read again only when the file changes."""
+    path, variant, seed = split_variant(config)
+    path = _resolved(path)
+    named = str(path) if variant is None else variant_config(path, variant, seed)
+    return _read_config(named, path.stat().st_mtime_ns)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
 def _resolved(config: str) -> Path:
     return Path(config).resolve()
 
 
-@functools.lru_cache(maxsize=8)
-def _read_config(path: str, stamp: int) -> RunConfig:
-    return load_config(path)
+@functools.lru_cache(maxsize=64)  # an ablation reads a configuration per variant and seed
+def _read_config(config: str, stamp: int) -> RunConfig:
+    return load_config(config)
 
 
 @functools.lru_cache(maxsize=8)
