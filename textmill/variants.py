@@ -28,6 +28,14 @@ from textmill.errors import TextmillError
 MARK = "#"
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_SEEDS = (1, 2)
+# The tables a variant cannot change, and why: what makes the comparison fair is the same for every variant.
+SAME_FOR_EVERY_VARIANT = {
+    "train": "every variant trains the same proxy model on the same number of tokens, the run file's [train] "
+             "([ablation] seeds sets its seed)",
+    "evaluate": "every variant is measured alike", "export": "an ablation exports no model",
+    "schedule": "an ablation is not scheduled", "storage": "every variant shares the run's store",
+    "ablation": "a variant has no variants",
+}
 
 
 @dataclass(frozen=True)
@@ -74,10 +82,10 @@ def read_ablation(raw: object, where: Path) -> Ablation | None:
         if not isinstance(overrides, dict) or not all(isinstance(t, dict) for t in overrides.values()):
             raise TextmillError(f"{where}: [ablation.variants.{name}] must hold tables of the run file, e.g. "
                                 'quality = { preset = "gopher" }')
-        if "ablation" in overrides or "storage" in overrides:
-            raise TextmillError(f"{where}: [ablation.variants.{name}] cannot change [ablation] or [storage]")
-        if "seed" in overrides.get("train", {}):
-            raise TextmillError(f"{where}: [ablation.variants.{name}] cannot set [train] seed: [ablation] seeds does")
+        fixed = sorted(set(overrides) & set(SAME_FOR_EVERY_VARIANT))
+        if fixed:
+            raise TextmillError(f"{where}: [ablation.variants.{name}] cannot change [{fixed[0]}]: "
+                                f"{SAME_FOR_EVERY_VARIANT[fixed[0]]}")
     seeds = raw.get("seeds", list(DEFAULT_SEEDS))
     if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
             or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in seeds)):

@@ -31,6 +31,36 @@ def cmd_run(args) -> str:
     return "\n".join(run_lines(record, folder))
 
 
+def cmd_ablate(args) -> str:
+    from textmill.report.ablation import ablation_table, verdict_lines
+    from textmill.run_file import load_config
+    from textmill.workflows.ablation import run_ablation
+
+    load_config(args.config)  # a bad config is one error line before Luigi starts
+    record, folder = run_ablation(args.config, args.workers, args.scheduler_url)
+    variants, seeds = len(record.variants), len(record.variants[0].seeds)
+    return "\n".join([*ablation_table(record), "", *verdict_lines(record),
+                      f"ablate: {variants} variant(s) x {seeds} seed(s) in {record.seconds:.0f} s -> {folder}"])
+
+
+ABLATE_HELP = """\
+Measure what a corpus (or one setting of its chain) is worth by the model it makes: every variant the run
+file's [ablation] table names, each the run file with its overrides, is built as one Luigi graph (a stage a
+variant does not change is computed once for all of them), its model trained once per seed on the same
+number of tokens (the run file's [train] settings), and measured in bits per byte of held-out text (LAMBADA's
+passages, shipped; [ablation] held_out) and in LAMBADA accuracy ([evaluate] lambada). The last lines are a
+table (each evaluation's mean over the seeds, its spread, the difference to the baseline, * where the seeds
+do not overlap) and which variant won on what. Written to WORK/ablations/<date_time>/; docs/ablations.md
+says how to read it.
+
+    [ablation]
+    seeds = [1, 2]
+    [ablation.variants.default]
+    [ablation.variants.gopher]
+    quality = { preset = "gopher" }
+"""
+
+
 RUN_HELP = """\
 Run the whole chain a TOML file describes as one Luigi graph: blacklist, scrape, dedup, clean, shuffle,
 decontaminate, tokenize, then (with [train] enabled) train, evaluate and export. Only what is not
@@ -94,19 +124,30 @@ def cmd_scheduler(args) -> str:
     os.execve(sys.executable, argv, {**os.environ, "LUIGI_CONFIG_PATH": str(config)})
 
 
+def add_build_options(p) -> None:
+    """How a graph is built: the options of run and ablate."""
+    p.add_argument("--workers", type=int, default=1,
+                   help="tasks run at once: this many long-lived worker processes, which end with the command "
+                   "(with --scheduler-url, Luigi's worker with this many processes)")
+    p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
+                   "(default: a local scheduler in this process)")
+
+
 def add_parsers(sub) -> None:
     fmt = ArgumentDefaults
 
     p = sub.add_parser("run", help="Run the whole graph a TOML file describes, redoing only what is not finished.",
                        description=RUN_HELP, formatter_class=DocstringHelpFormatter)
     p.add_argument("config", type=Path, nargs="?", help="the run's TOML file")
-    p.add_argument("--workers", type=int, default=1,
-                   help="tasks run at once: this many long-lived worker processes, which end with the command "
-                   "(with --scheduler-url, Luigi's worker with this many processes)")
-    p.add_argument("--scheduler-url", help="a central luigid scheduler, e.g. http://127.0.0.1:8082 "
-                   "(default: a local scheduler in this process)")
+    add_build_options(p)
     p.add_argument("--example-config", action="store_true", help="print a TOML file documenting every field, and exit")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("ablate", help="Train and compare a model per variant of a run file ([ablation]).",
+                       description=ABLATE_HELP, formatter_class=DocstringHelpFormatter)
+    p.add_argument("config", type=Path, help="the run's TOML file, with an [ablation] table")
+    add_build_options(p)
+    p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("status", help="List the tasks of a run: done, pending, or failed with the last failure's reason.",
                        description="List every task of the run a TOML file describes that is not done (all of them "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import luigi
 
@@ -129,6 +130,32 @@ class EvaluateLambada(RunTask):
         checkpoints, strict = self.input().local_checkpoints(), self.settings.evaluate.strict
         self.finish(results=[evaluate_lambada(checkpoints, path, strict, output=self.output().files[str(path)],
                                               progress=True) for path in self.settings.evaluate.lambada])
+
+
+class EvaluateHeldOut(RunTask):
+    """Bits per byte of the trained model on held-out text: LAMBADA's passages (shipped with textmill) and the files
+    [ablation] held_out names. Comparable between models whose tokenizers differ (an ablation's variants)."""
+
+    stage = "11-held-out"
+
+    def requires(self):
+        return TrainGPT(self.config)
+
+    def held_out(self) -> list[Path]:
+        from textmill.evaluate import LAMBADA_PASSAGES
+
+        ablation = self.settings.ablation
+        return [LAMBADA_PASSAGES, *(ablation.held_out if ablation else ())]
+
+    def own_settings(self) -> tuple:
+        from textmill.io.files import file_fingerprint
+
+        return tuple(file_fingerprint(p)["sha256"] for p in self.held_out())
+
+    def make(self):
+        from textmill.evaluate.bits_per_byte import evaluate_bits_per_byte
+
+        self.finish(results=evaluate_bits_per_byte(self.input().local_checkpoints(), self.held_out(), progress=True))
 
 
 class ExportHF(RunTask):

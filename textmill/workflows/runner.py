@@ -27,14 +27,13 @@ from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
 from textmill.report.record import RunRecord
 from textmill.workflows.batches import Batch, batched, tasks_per_stage
-from textmill.workflows.framework import RunTask, warm, work_folders
+from textmill.workflows.framework import RunTask, graph, warm, work_folders
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
 from textmill.workflows.run_records import (
     RUNS,
     record_killed_runs,
     record_run,
-    run_graph,
     run_record,
     run_targets,
     start_run_record,
@@ -324,20 +323,26 @@ def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> R
 
 def build_run(config: Path, workers: int, scheduler_url: str | None) -> tuple[bool, str]:
     """Every task of the run that is not finished: whether all are now, and Luigi's summary."""
-    sources = source_tasks(str(config))
+    return build_graphs([str(config)], run_targets, workers, scheduler_url)
+
+
+def build_graphs(configs: list[str], targets_of, workers: int, scheduler_url: str | None) -> tuple[bool, str]:
+    """Every unfinished task of the graphs of `configs` (a run's, or an ablation's variants', which share what
+    they have in common: variant_tasks.py), `targets_of(config)` each, built as one graph: whether all are
+    finished now, and Luigi's summary."""
+    per_stage = tasks_per_stage(configs[0], workers, scheduler_url)
+    sources = [task for config in configs for task in source_tasks(config)]
     if sources and not all(task.complete() for task in sources):  # the graph after them is known once they are
-        build(batched(sources, tasks_per_stage(str(config), workers, scheduler_url)), workers, scheduler_url,
-              Schedulers(), log_level="WARNING")
+        build(batched(sources, per_stage), workers, scheduler_url, Schedulers(), log_level="WARNING")
         forget()
-    targets = run_targets(config)
+    targets = [task for config in configs for task in targets_of(config)]
     # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
     # would not look at it): its record is rebuilt rather than missing from every later report.
-    with listed_folders(run_config(str(config)).run.work_dir):
-        damaged = [task for task in run_graph(config) if isinstance(task, RunTask) and task.output().done.exists()
+    with listed_folders(run_config(configs[0]).run.work_dir):
+        damaged = [task for task in graph(targets) if isinstance(task, RunTask) and task.output().done.exists()
                    and not task.complete()]
     if workers > 1:
         warm(targets)
-    batches = batched([*targets, *damaged], tasks_per_stage(str(config), workers, scheduler_url))
-    summary = build(batches, workers, scheduler_url, Schedulers(), log_level="WARNING")
+    summary = build(batched([*targets, *damaged], per_stage), workers, scheduler_url, Schedulers(), log_level="WARNING")
     # Done is what the files say: with a central scheduler, other workers may have run any part of it.
     return all(target.complete() for target in targets), summary

@@ -60,3 +60,18 @@ def test_a_stage_a_variant_does_not_change_is_one_task_in_every_variants_graph(t
         "BlacklistShard", "ScrapeShard", "DedupShard"}
     scrapes = {task.task_id for graph in graphs for task in graph if task.task_family == "ScrapeShard"}
     assert len(scrapes) == 2  # two units, scraped once for all four
+
+
+def test_every_variant_trains_the_same_model_on_the_same_number_of_tokens(tmp_path):
+    """A variant changes the corpus's chain, never the proxy model or its token budget: [train] (and what
+    measures it) is the run file's for every variant, but for the seed."""
+    config = ablation_run(tmp_path)
+    trainers = [load_config(variant_config(config, name, seed)).trainer for name in ("default", "long-documents")
+                for seed in (1, 2)]
+    budget = {(t.model_preset, t.train_iters, t.global_batch_size, t.seq_length) for t in trainers}
+    assert budget == {("tiny", 20, 8, 64)} and [t.seed for t in trainers] == [1, 2, 1, 2]
+    text = (tmp_path / "run.toml").read_text()
+    for table, overrides in (("train", "train_iters = 40"), ("evaluate", "strict = false"), ("ablation", "seeds = [3]")):
+        (tmp_path / "run.toml").write_text(text + f"[ablation.variants.other.{table}]\n{overrides}\n")
+        with pytest.raises(TextmillError, match=rf"\[ablation.variants.other\] cannot change \[{table}\]"):
+            load_config(config)

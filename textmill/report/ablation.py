@@ -1,0 +1,124 @@
+"""An ablation's record (WORK/ablations/<date_time>/ablation.json), typed, and its answer: a table of the variants
+and the lines that say which won on what, by how much, and whether the difference is more than seed noise.
+
+Every variant's model is trained once per seed. A measure's value for a variant is the mean over its seeds, and
+its spread the range (largest minus smallest). A difference from the baseline is called real only when the seeds
+do not overlap: every seed of one variant is better than every seed of the other (with two seeds a difference
+inside either variant's spread never is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textmill.report.record import Part, known
+
+
+@dataclass(frozen=True)
+class SeedResult(Part):
+    """One variant's model trained with one seed: its corpus (the same for every seed), what it trained on, and
+    its evaluations: bits per byte per held-out set (lower is better), LAMBADA accuracy per file (higher is)."""
+
+    seed: int
+    documents: int
+    tokens: int
+    train_tokens: int  # tokens of the corpus's training split
+    trained_tokens: int  # tokens the model was trained on: iterations x batch x sequence
+    bits_per_byte: dict[str, float]
+    lambada_accuracy: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def epochs(self) -> float:
+        """How many times over its training split the model went (under 1: it stopped early)."""
+        return self.trained_tokens / self.train_tokens if self.train_tokens else float("inf")
+
+
+@dataclass(frozen=True)
+class VariantResult(Part):
+    name: str
+    overrides: dict
+    seeds: list[SeedResult]
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> VariantResult:
+        return cls(**known(cls, {**raw, "seeds": [SeedResult.from_dict(s) for s in raw["seeds"]]}))
+
+    def values(self, measure: str, name: str) -> list[float]:
+        return [getattr(seed, measure)[name] for seed in self.seeds if name in getattr(seed, measure)]
+
+
+@dataclass
+class AblationRecord(Part):
+    config: str
+    started: str
+    seconds: float
+    baseline: str
+    variants: list[VariantResult]
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> AblationRecord:
+        return cls(**known(cls, {**raw, "variants": [VariantResult.from_dict(v) for v in raw["variants"]]}))
+
+    def measures(self) -> list[tuple[str, str, bool]]:
+        """(measure, held-out set or file, whether lower is better) of every evaluation, in the order shown."""
+        first = self.variants[0].seeds[0]
+        return ([("bits_per_byte", name, True) for name in first.bits_per_byte]
+                + [("lambada_accuracy", name, False) for name in first.lambada_accuracy])
+
+    def variant(self, name: str) -> VariantResult:
+        return next(v for v in self.variants if v.name == name)
+
+
+def mean_and_spread(values: list[float]) -> tuple[float, float]:
+    return sum(values) / len(values), max(values) - min(values)
+
+
+def beats(ours: list[float], theirs: list[float], lower_is_better: bool) -> bool:
+    """Whether every seed of ours is better than every seed of theirs."""
+    return max(ours) < min(theirs) if lower_is_better else min(ours) > max(theirs)
+
+
+UNITS = {"bits_per_byte": "bits/byte", "lambada_accuracy": "LAMBADA accuracy"}
+
+
+def ablation_table(record: AblationRecord) -> list[str]:
+    """The variants as a Markdown table: corpus, training, and each evaluation's mean (spread) and difference to
+    the baseline, marked * where the seeds do not overlap."""
+    measures = record.measures()
+    head = ["variant", "documents", "tokens", "epochs"] + [f"{name} {UNITS[m]}" for m, name, _ in measures]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = record.variant(record.baseline)
+    for variant in record.variants:
+        first = variant.seeds[0]
+        cells = [variant.name + (" (baseline)" if variant.name == record.baseline else ""), f"{first.documents:,}",
+                 f"{first.tokens:,}", f"{first.epochs:.2f}"]
+        for measure, name, lower in measures:
+            values, theirs = variant.values(measure, name), base.values(measure, name)
+            mean, spread = mean_and_spread(values)
+            cell = f"{mean:.4f} ({spread:.4f})"
+            if variant is not base:
+                real = beats(values, theirs, lower) or beats(theirs, values, lower)
+                cell += f" {mean - mean_and_spread(theirs)[0]:+.4f}{'*' if real else ''}"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict_lines(record: AblationRecord) -> list[str]:
+    """A line per variant and evaluation: better, worse, or within the seeds' spread of the baseline."""
+    base, lines = record.variant(record.baseline), []
+    for variant in record.variants:
+        if variant is base:
+            continue
+        for measure, name, lower in record.measures():
+            ours, theirs = variant.values(measure, name), base.values(measure, name)
+            difference = mean_and_spread(ours)[0] - mean_and_spread(theirs)[0]
+            if beats(ours, theirs, lower):
+                said = "better than"
+            elif beats(theirs, ours, lower):
+                said = "worse than"
+            else:
+                said = "within the seeds' spread of"
+            lines.append(f"{variant.name} is {said} {base.name} on {name} ({UNITS[measure]} {difference:+.4f}, "
+                         f"{len(ours)} seeds each)")
+    return lines
