@@ -54,6 +54,9 @@ def detect_language(text: str, cfg: CleanConfig) -> str | None:
         return None
 
 
+ANY_LANGUAGE = "any"  # [clean] language: keep every language, none detected (an ablation's "no cleanup")
+
+
 def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], int]) -> tuple[dict, str | None, bool]:
     """(cleaned row, reject reason or None, whether ftfy changed the text)."""
     text = row["text"] or ""
@@ -61,7 +64,7 @@ def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], in
         return row, "empty", False
     fixed = ftfy.fix_text(text)
     row = {**row, "text": fixed, "title": ftfy.fix_text(row["title"]) if row.get("title") else row.get("title")}
-    language = detect_language(fixed, cfg)
+    language = detect_language(fixed, cfg) if cfg.language != ANY_LANGUAGE else ANY_LANGUAGE
     if language is None:
         return row, "language_undetectable", fixed != text
     if language != cfg.language:

@@ -209,7 +209,8 @@ class DedupConfig(StageConfig):
 
 @dataclass(frozen=True)
 class CleanConfig(StageConfig):
-    language: str = setting("en", "keep documents the language detector calls this language")
+    language: str = setting("en", 'keep documents the language detector calls this language ("any": every language, '
+                            "none detected)")
     min_tokens: int = setting(128, "drop documents with fewer tokens, end-of-document token included (GPT-2 "
                               "pre-tokenizer pieces + 1, a lower bound; BPE tokens when a vocabulary is given)", least=0)
     langdetect_chars: int = setting(4000, "characters of each document the language detector reads", least=1)

@@ -83,3 +83,18 @@ def test_the_fasttext_detector_decides_as_langdetect_does(tmp_path):
         outcomes[detector] = (manifest["counts"], rejects)
     assert outcomes["fasttext"] == outcomes["langdetect"]
     assert outcomes["fasttext"][1]["digits"] == "language_undetectable" and outcomes["fasttext"][0]["kept"] == 20
+
+
+def test_language_any_keeps_every_language_and_detects_none():
+    """An ablation's "no cleanup" variant: [clean] language = "any" rejects no document for its language (the
+    fixing by ftfy and the length rule stay)."""
+    from textmill.pipeline.clean import clean_document
+    from textmill.pipeline.stage_configs import CleanConfig
+
+    german = {"text": "Ein ganz normaler deutscher Satz über das Wetter und die Stadt.", "title": None}
+    digits = {"text": "1234 5678 9012 3456", "title": None}
+    assert clean_document(german, CleanConfig(min_tokens=0), len)[1] == "language=de"
+    assert clean_document(digits, CleanConfig(min_tokens=0), len)[1] == "language_undetectable"
+    for row in (german, digits):
+        assert clean_document(row, CleanConfig(min_tokens=0, language="any"), len)[1] is None
+    assert clean_document(german, CleanConfig(min_tokens=500, language="any"), len)[1] == "too_short"
