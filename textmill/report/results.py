@@ -9,6 +9,7 @@ from pathlib import Path
 
 from textmill.io.files import atomic_path, read_json_record, report_damage
 from textmill.io.store import files_under, shown
+from textmill.report.ablation import AblationRecord, ablation_table, verdict_lines
 from textmill.report.lines import funnel_lines
 from textmill.report.record import RunRecord
 
@@ -115,11 +116,37 @@ def results_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_ablations(folder: Path) -> list[AblationRecord]:
+    """Every ablation's record under WORK/ablations, oldest first; a damaged one is left out, with a note."""
+    left_out = "that ablation is left out of results.md"
+    records = []
+    for path in files_under(folder):
+        raw = read_json_record(path, left_out) if path.name == "ablation.json" else None
+        if raw:
+            try:
+                records.append(AblationRecord.from_dict(raw))
+            except (TypeError, KeyError, AttributeError):
+                report_damage(path, "not an ablation's record", left_out)
+    return sorted(records, key=lambda r: r.started)
+
+
+def ablations_markdown(records: list[AblationRecord]) -> str:
+    """The ablations' section of results.md: each one's table and verdicts."""
+    lines = ["## Ablations (newest last; `textmill ablate`, docs/ablations.md)"]
+    for record in records:
+        lines += ["", f"### {record.started}: {record.config}", "", *ablation_table(record), "",
+                  *(f"- {line}" for line in verdict_lines(record))]
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def write_results(work: Path, records: list[RunRecord], keep: int) -> Path:
-    """work/results.md: the last `keep` runs side by side; work/results.tsv: every run."""
+    """work/results.md: the last `keep` runs side by side, and the last `keep` ablations' answers;
+    work/results.tsv: every run."""
     rows = results_rows(records)
+    ablations = read_ablations(work / "ablations")[-keep:]
     with atomic_path(work / "results.md") as tmp:
-        tmp.write_text("# Results of the last runs (newest last)\n\n" + results_markdown(rows[-keep:]))
+        tmp.write_text("# Results of the last runs (newest last)\n\n" + results_markdown(rows[-keep:])
+                       + (ablations_markdown(ablations) if ablations else ""))
     columns = columns_of(rows)
     with atomic_path(work / "results.tsv") as tmp:
         tmp.write_text("\n".join("\t".join(map(str, r)) for r in

@@ -18,7 +18,7 @@ import luigi
 
 from textmill.errors import Interrupted, RunFailed, TextmillError
 from textmill.io.files import atomic_path, read_json, write_json
-from textmill.io.store import listed_folders
+from textmill.io.store import listed_folders, publish
 from textmill.report.ablation import AblationRecord, SeedResult, VariantResult, ablation_table, verdict_lines
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EvaluateHeldOut, EvaluateLambada, TrainGPT
@@ -75,8 +75,14 @@ def run_ablation(config: Path, workers: int = 1, scheduler_url: str | None = Non
     if not ok:
         raise RunFailed(f"the ablation did not finish; `textmill status` on a variant ({variants[0]}) lists its "
                         f"tasks, and `textmill ablate` again redoes only what is not finished\n{summary}")
+    from textmill.report.results import read_runs, write_results
+    from textmill.workflows.run_records import RUNS
+
     record = ablation_record(config, variants, started_at, time.perf_counter() - started)
-    return record, write_ablation(record, work / ABLATIONS / started_at)
+    folder = write_ablation(record, work / ABLATIONS / started_at)
+    results = write_results(work, read_runs(work / RUNS), run_config(str(config)).run.results_runs)
+    publish([folder / "ablation.json", folder / "ablation.md", results, results.with_suffix(".tsv")])
+    return record, folder
 
 
 def ablation_record(config: Path, variants: list[str], started_at: str, seconds: float) -> AblationRecord:

@@ -36,3 +36,16 @@ def test_the_verdicts_say_who_won_on_what_and_whether_it_is_more_than_seed_noise
         "raw is worse than default on lambada (LAMBADA accuracy -0.0550, 2 seeds each)",
         "gopher is within the seeds' spread of default on lambada_passages (bits/byte +0.0000, 2 seeds each)",
         "gopher is within the seeds' spread of default on lambada (LAMBADA accuracy +0.0100, 2 seeds each)"]
+
+
+def test_results_md_gives_the_last_ablations_answers_after_the_runs(tmp_path):
+    from textmill.io.files import write_json
+    from textmill.report.results import write_results
+
+    write_json(RECORD.to_dict(), tmp_path / "ablations" / RECORD.started / "ablation.json")
+    (tmp_path / "ablations" / "damaged").mkdir()
+    (tmp_path / "ablations" / "damaged" / "ablation.json").write_text('{"config": ')
+    text = write_results(tmp_path, [], keep=3).read_text()
+    section = text[text.index("## Ablations"):].splitlines()
+    assert section[2] == "### 2026-11-28_120000: run.toml"
+    assert section[4:9] == ablation_table(RECORD) and section[10] == f"- {verdict_lines(RECORD)[0]}"
