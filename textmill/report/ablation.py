@@ -81,13 +81,12 @@ def beats(ours: list[float], theirs: list[float], lower_is_better: bool) -> bool
 UNITS = {"bits_per_byte": "bits/byte", "lambada_accuracy": "LAMBADA accuracy"}
 
 
-def ablation_table(record: AblationRecord) -> list[str]:
-    """The variants as a Markdown table: corpus, training, and each evaluation's mean (spread) and difference to
-    the baseline, marked * where the seeds do not overlap."""
+def ablation_rows(record: AblationRecord) -> tuple[list[str], list[list[str]]]:
+    """The table's header and rows: corpus, training, and each evaluation's mean (spread) and difference to the
+    baseline, marked * where the seeds do not overlap."""
     measures = record.measures()
-    head = ["variant", "documents", "tokens", "epochs"] + [f"{name} {UNITS[m]}" for m, name, _ in measures]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = record.variant(record.baseline)
+    header = ["variant", "documents", "tokens", "epochs"] + [f"{name} {UNITS[m]}" for m, name, _ in measures]
+    base, rows = record.variant(record.baseline), []
     for variant in record.variants:
         first = variant.seeds[0]
         cells = [variant.name + (" (baseline)" if variant.name == record.baseline else ""), f"{first.documents:,}",
@@ -100,8 +99,14 @@ def ablation_table(record: AblationRecord) -> list[str]:
                 real = beats(values, theirs, lower) or beats(theirs, values, lower)
                 cell += f" {mean - mean_and_spread(theirs)[0]:+.4f}{'*' if real else ''}"
             cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return header, rows
+
+
+def ablation_table(record: AblationRecord) -> list[str]:
+    """The variants as a Markdown table (ablation_rows)."""
+    header, rows = ablation_rows(record)
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def verdict_lines(record: AblationRecord) -> list[str]:

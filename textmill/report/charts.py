@@ -100,3 +100,26 @@ def times_chart(seconds: dict[str, float]) -> str:
         ax.set_xlabel("seconds (the stage's tasks, when they last ran)")
         ax.set_xlim(0, 1)
     return png(fig)
+
+
+def ablation_chart(record) -> str:
+    """An ablation (report.ablation.AblationRecord): a panel per evaluation, each variant's seeds as dots and
+    their mean as a bar, so the spread is seen beside the difference."""
+    from textmill.report.ablation import UNITS, mean_and_spread
+
+    from matplotlib.figure import Figure
+
+    measures = record.measures()
+    fig = Figure(figsize=(3.2 * len(measures), 3.2))
+    for i, (measure, name, lower) in enumerate(measures):
+        ax = fig.add_subplot(1, len(measures), i + 1)
+        for x, variant in enumerate(record.variants):
+            values = variant.values(measure, name)
+            mean = mean_and_spread(values)[0]
+            ax.hlines(mean, x - 0.3, x + 0.3, color="#4c72b0" if variant.name != record.baseline else "#222")
+            ax.scatter([x] * len(values), values, s=14, color="#dd8452", zorder=3)
+        ax.set_xticks(range(len(record.variants)), [v.name for v in record.variants], rotation=30, ha="right",
+                      fontsize=8)
+        ax.set_title(f"{name}: {UNITS[measure]} ({'lower' if lower else 'higher'} is better)", fontsize=8)
+    fig.tight_layout()
+    return png(fig)

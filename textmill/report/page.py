@@ -140,8 +140,25 @@ def render_report(record: RunRecord, history: list[RunRecord]) -> str:
         examples=examples_tables(record.samples or {}), dedup=dedup_section(record),
         decontaminated=decontaminate_section(record), corpus=corpus_section(record), train=train_section(record),
         evaluation=table(evaluation, ["LAMBADA-format file", "accuracy", "correct", "perplexity"]) if evaluation else None,
-        times=times_chart(record.seconds_per_stage) if record.seconds_per_stage else None,
+        times=times_chart(record.seconds_per_stage) if record.seconds_per_stage else None, ablation=None,
         history=table([[cell(row.get(c), c) for c in columns_of(rows)] for row in rows], columns_of(rows)) if rows else None)
+
+
+def render_ablation_report(ablation) -> str:
+    """report.html of an ablation (report.ablation.AblationRecord): its chart, table and verdicts."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    from textmill.report.ablation import ablation_rows, verdict_lines
+    from textmill.report.charts import ablation_chart
+
+    environment = Environment(loader=PackageLoader("textmill.report"), autoescape=select_autoescape(["html"]),
+                              undefined=StrictUndefined, keep_trailing_newline=True)
+    header, rows = ablation_rows(ablation)
+    return environment.get_template("report.html").render(
+        title=f"textmill ablation {ablation.started}", record=None, funnel=None, examples={}, dedup=None,
+        decontaminated=None, corpus=None, train=None, evaluation=None, times=None, history=None,
+        ablation={"record": ablation, "chart": ablation_chart(ablation), "table": table(rows, header),
+                  "verdicts": verdict_lines(ablation)})
 
 
 def write_report(record: RunRecord, history: list[RunRecord], path: Path) -> Path:

@@ -81,7 +81,8 @@ def run_ablation(config: Path, workers: int = 1, scheduler_url: str | None = Non
     record = ablation_record(config, variants, started_at, time.perf_counter() - started)
     folder = write_ablation(record, work / ABLATIONS / started_at)
     results = write_results(work, read_runs(work / RUNS), run_config(str(config)).run.results_runs)
-    publish([folder / "ablation.json", folder / "ablation.md", results, results.with_suffix(".tsv")])
+    publish([folder / "ablation.json", folder / "ablation.md", folder / "report.html", results,
+             results.with_suffix(".tsv")])
     return record, folder
 
 
@@ -121,9 +122,13 @@ def seed_result(variant: str) -> SeedResult:
 
 
 def write_ablation(record: AblationRecord, folder: Path) -> Path:
-    """ablation.json and ablation.md (the table and the verdicts) in `folder`."""
+    """ablation.json, ablation.md (the table and the verdicts) and report.html (with its chart) in `folder`."""
+    from textmill.report.page import render_ablation_report
+
     folder.mkdir(parents=True, exist_ok=True)
     write_json(record.to_dict(), folder / "ablation.json")
+    with atomic_path(folder / "report.html") as tmp:
+        tmp.write_text(render_ablation_report(record), encoding="utf-8")
     with atomic_path(folder / "ablation.md") as tmp:
         tmp.write_text("\n".join([f"# Ablation of {record.config}", "", *ablation_table(record), "",
                                   *(f"- {line}" for line in verdict_lines(record))]) + "\n")

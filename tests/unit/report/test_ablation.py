@@ -49,3 +49,13 @@ def test_results_md_gives_the_last_ablations_answers_after_the_runs(tmp_path):
     section = text[text.index("## Ablations"):].splitlines()
     assert section[2] == "### 2026-11-28_120000: run.toml"
     assert section[4:9] == ablation_table(RECORD) and section[10] == f"- {verdict_lines(RECORD)[0]}"
+
+
+def test_the_ablations_report_page_shows_its_chart_table_and_verdicts():
+    from textmill.report.page import render_ablation_report
+
+    page = render_ablation_report(RECORD)
+    assert page.count("data:image/png;base64,") == 1 and "<h2>Ablation</h2>" in page
+    assert "<td>raw</td>" in page and "2.3300 (0.0600) +0.3200*" in page
+    assert "<li>raw is worse than default on lambada_passages (bits/byte +0.3200, 2 seeds each)</li>" in page
+    assert "<h2>Corpus funnel</h2>" not in page
