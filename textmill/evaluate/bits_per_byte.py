@@ -25,6 +25,10 @@ from textmill.errors import TextmillError
 from textmill.io.progress import progress as progress_counter
 
 
+# The held-out split of a model's own corpus: its first documents, each variant's own text.
+OWN_SPLIT, OWN_SPLIT_DOCUMENTS = "own_held_out", 200
+
+
 def read_texts(path: Path) -> list[str]:
     """The texts of a held-out file: the "text" of each line of a JSON-lines file (.jsonl, LAMBADA's format);
     any other file is one text, as UTF-8."""
@@ -92,15 +96,36 @@ def bits_per_byte(model, tokenizer, texts: list[str], vocab_size: int, batch_siz
             "texts": len(texts), "nats": nll}
 
 
-def evaluate_bits_per_byte(load: Path, files: list[Path], device: str = "cpu", batch_size: int = 8,
-                           progress: bool = False) -> list[dict]:
-    """The bits per byte of the newest checkpoint under `load` on each held-out file, the model read once."""
+def split_texts(prefix: Path, split: str, tokenizer, limit: int = OWN_SPLIT_DOCUMENTS) -> list[str]:
+    """The first `limit` documents of a token file's held-out split (its test range; its validation range when
+    the test range is empty), decoded back to text (GPT-2's BPE is byte-level: decoding gives the text back)."""
+    from textmill.megatron.indexed import IndexedDataset
+    from textmill.trainer.data import split_ranges
+
+    data = IndexedDataset(prefix)
+    _, valid, test = split_ranges(len(data), split)
+    chosen = test if test is not None else valid
+    if chosen is None:
+        return []
+    return [tokenizer.decode([t for t in data[int(i)].tolist() if t != tokenizer.eod]) for i in chosen[:limit]]
+
+
+def evaluate_bits_per_byte(load: Path, files: list[Path], own_split: tuple[Path, str] | None = None,
+                           device: str = "cpu", batch_size: int = 8, progress: bool = False) -> list[dict]:
+    """The bits per byte of the newest checkpoint under `load` on each held-out file, and on the held-out split of
+    the token files it was trained on (`own_split`: their prefix and the trainer's --split), the model read once."""
     from textmill.io.files import file_fingerprint
     from textmill.trainer.checkpoint import checkpoint_tokenizer, load_model
 
     model, ckpt = load_model(load, device)
     tokenizer = checkpoint_tokenizer(load, ckpt.meta, None, None)
-    return [{"name": Path(path).stem, "file": str(path), "sha256": file_fingerprint(Path(path))["sha256"],
-             **bits_per_byte(model, tokenizer, read_texts(path), tokenizer.vocab_size, batch_size, device,
-                             progress=progress)}
-            for path in files]
+
+    def measured(texts: list[str]) -> dict:
+        return bits_per_byte(model, tokenizer, texts, tokenizer.vocab_size, batch_size, device, progress=progress)
+
+    results = [{"name": Path(path).stem, "file": str(path), "sha256": file_fingerprint(Path(path))["sha256"],
+                **measured(read_texts(path))} for path in files]
+    own = split_texts(*own_split, tokenizer) if own_split else []
+    if own:
+        results.append({"name": OWN_SPLIT, "file": str(own_split[0]), **measured(own)})
+    return results

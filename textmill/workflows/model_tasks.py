@@ -133,13 +133,14 @@ class EvaluateLambada(RunTask):
 
 
 class EvaluateHeldOut(RunTask):
-    """Bits per byte of the trained model on held-out text: LAMBADA's passages (shipped with textmill) and the files
-    [ablation] held_out names. Comparable between models whose tokenizers differ (an ablation's variants)."""
+    """Bits per byte of the trained model on held-out text: LAMBADA's passages (shipped with textmill), the files
+    [ablation] held_out names, and the held-out split of its own corpus (its first documents). Comparable between
+    models whose tokenizers differ (an ablation's variants); the own split differs from variant to variant."""
 
     stage = "11-held-out"
 
     def requires(self):
-        return TrainGPT(self.config)
+        return {"model": TrainGPT(self.config), "dataset": MergeDataset(self.config)}
 
     def held_out(self) -> list[Path]:
         from textmill.evaluate import LAMBADA_PASSAGES
@@ -155,7 +156,10 @@ class EvaluateHeldOut(RunTask):
     def make(self):
         from textmill.evaluate.bits_per_byte import evaluate_bits_per_byte
 
-        self.finish(results=evaluate_bits_per_byte(self.input().local_checkpoints(), self.held_out(), progress=True))
+        given = self.input()
+        own_split = (given["dataset"].checked_dataset(), self.settings.trainer.split)
+        self.finish(results=evaluate_bits_per_byte(given["model"].local_checkpoints(), self.held_out(), own_split,
+                                                   progress=True))
 
 
 class ExportHF(RunTask):

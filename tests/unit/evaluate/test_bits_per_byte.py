@@ -71,3 +71,21 @@ def test_held_out_files_are_json_lines_of_texts_or_one_text(tmp_path):
     for name, said in (("c.jsonl", "c.jsonl:2: expected a JSON object"), ("d.txt", "not UTF-8"), ("e.txt", "No such")):
         with pytest.raises(TextmillError, match=said):
             read_texts(tmp_path / name)
+
+
+def test_a_corpus_held_out_split_is_its_documents_decoded_back_to_their_text(tokenizer, tmp_path):
+    """Each variant's own held-out text: the documents of the trainer's test range (its validation range when the
+    test range is empty), read back from the token files as the text they were."""
+    import json
+
+    from textmill.evaluate.bits_per_byte import split_texts
+    from textmill.tokenizers.preprocess import TokenizeConfig, dataset_prefix, tokenize_files
+
+    texts = [f"Document {i}: ünïcode, spaces  and\nlines of its own. " * (1 + i % 3) for i in range(20)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tokenize_files([tmp_path / "docs.jsonl"], tmp_path / "owt", tokenizer, TokenizeConfig(append_eod=True), progress=False)
+    prefix = dataset_prefix(tmp_path / "owt", "text")
+    assert split_texts(prefix, "80,10,10", tokenizer) == texts[18:]
+    assert split_texts(prefix, "80,20,0", tokenizer) == texts[16:]
+    assert split_texts(prefix, "80,20,0", tokenizer, limit=2) == texts[16:18]
+    assert split_texts(prefix, "100,0,0", tokenizer) == []
