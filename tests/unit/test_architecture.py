@@ -16,7 +16,7 @@ LAYERS = [
     {"pipeline"},
     {"trainer"},
     {"inference", "evaluate", "interop"},
-    {"run_file", "report"},
+    {"run_file", "variants", "report"},
     {"workflows", "schedule", "slurm"},
     {"demo", "api"},
     {"cli"},
@@ -104,8 +104,8 @@ def test_luigi_only_in_the_workflow_room_and_io_imports_nothing_of_textmill():
 
 
 # Inside workflows/, by role, lowest first (docs/ARCHITECTURE.md, "The workflow layer").
-WORKFLOW_MODULES = ["workers", "memos", "sources", "targets", "framework", "records", "source_tasks", "corpus_tasks",
-                    "shuffle_tasks", "token_tasks", "model_tasks", "batches", "stages", "run_records", "runner", "commands",
+WORKFLOW_MODULES = ["workers", "memos", "variant_tasks", "sources", "targets", "framework", "records", "source_tasks", "corpus_tasks",
+                    "shuffle_tasks", "token_tasks", "model_tasks", "batches", "stages", "run_records", "runner", "ablation", "commands",
                     "__init__"]
 
 
