@@ -4,12 +4,12 @@ it finds, the newest capture with status 200 of the very URL asked; a capture's 
 import asyncio
 import json
 import random
-import zlib
 
 import aiohttp
 import pytest
 
 from support.archive_server import serve_archive
+from support.bombs import gzip_member_of_zeros, response_of_zeros
 from support.memory import run_measured
 from textmill.demo import synthweb
 from textmill.demo.archive import write_archive
@@ -150,14 +150,9 @@ def test_a_capture_of_a_gigabyte_of_zeros_is_too_large_without_being_inflated(tm
     """Issue 62: a capture that is one gzip member of 1 GiB of zeros took 3.2 GB of memory, then the shard was
     lost. It is inflated only up to what a page of max_bytes can be: `too_large`, the process under 500 MB."""
     lines, url, _ = archive_of(tmp_path)
-    compressor = zlib.compressobj(1, wbits=31)
+    head, tail = response_of_zeros(url, "2024-01-01T00:00:00Z", 1)
     with open(tmp_path / "archive" / "bomb.warc.gz", "wb") as f:
-        head = (b"WARC/1.0\r\nWARC-Type: response\r\nContent-Type: application/http; msgtype=response\r\n"
-                b"Content-Length: %d\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" % (1 << 30))
-        f.write(compressor.compress(head))
-        for _ in range(64):
-            f.write(compressor.compress(bytes(1 << 24)))
-        f.write(compressor.flush())
+        gzip_member_of_zeros(f, head, 1, tail)
     size = (tmp_path / "archive" / "bomb.warc.gz").stat().st_size
     line = next(line for line in lines if json.loads(line.split(" ", 2)[2])["url"] == url)
     (tmp_path / "index.cdxj").write_text(with_entry(line, filename="bomb.warc.gz", offset="0", length=str(size)) + "\n")

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from backports import zstd
 
+from support.bombs import zst_with_a_huge_line
 from support.memory import run_measured
 
 from textmill.demo.reddit import submissions, write_dump
@@ -140,13 +141,7 @@ def test_a_number_no_column_can_hold_is_that_submissions_reject_and_the_month_go
 def test_a_4_gib_line_packed_into_a_small_zst_is_rejected_too_large_in_bounded_memory(tmp_path):
     """Issue 62: a 131 KB .zst holding one 4 GiB line was rejected `too_large`, but took 4.2 GB of memory (a
     megabyte of the file was decompressed whole). Read a piece at a time, the process stays under 500 MB."""
-    path = tmp_path / "RS_2011-02.zst"
-    compressor, piece = zstd.ZstdCompressor(level=1), b"a" * (1 << 24)
-    with open(path, "wb") as f:
-        f.write(compressor.compress(b'{"url": "http://a.example/1", "score": 5}\n{"url": "http://a.example/2", "x": "'))
-        for _ in range(4 * 64):
-            f.write(compressor.compress(piece))
-        f.write(compressor.compress(b'"}\n{"url": "http://a.example/3", "score": 7}\n', compressor.FLUSH_FRAME))
+    path = zst_with_a_huge_line(tmp_path / "RS_2011-02.zst", gib=4)
     assert path.stat().st_size < 200_000
     code = ("import sys; from pathlib import Path; from textmill.pipeline.reddit import reddit_links; "
             "from textmill.pipeline.stage_configs import RedditConfig; "
