@@ -78,3 +78,16 @@ def test_generation_with_the_key_value_cache_equals_generation_without(trained, 
     for cached, plain in zip(*runs, strict=True):
         assert cached.tokens == plain.tokens
         assert cached.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+
+
+def test_an_ablations_bits_per_byte_are_the_same_on_the_gpu_as_on_the_cpu(trained, device):
+    """What `textmill ablate` measures each variant's model by (evaluate/bits_per_byte.py), on LAMBADA's passages:
+    the GPU's figure is the CPU's (fp32 on both; the kernels' order of summation aside)."""
+    from textmill.evaluate import LAMBADA_PASSAGES
+    from textmill.evaluate.bits_per_byte import evaluate_bits_per_byte
+
+    save, _ = trained
+    [on_device] = evaluate_bits_per_byte(save, [LAMBADA_PASSAGES], device=device.type, batch_size=16)
+    [on_cpu] = evaluate_bits_per_byte(save, [LAMBADA_PASSAGES], device="cpu", batch_size=16)
+    assert on_device["tokens"] == on_cpu["tokens"] and on_device["bytes"] == on_cpu["bytes"]
+    assert on_device["bits_per_byte"] == pytest.approx(on_cpu["bits_per_byte"], rel=1e-4)
