@@ -49,6 +49,15 @@ split = "90,10,0"
 lambada = ["eval.jsonl"]
 """
 
+# An [ablation] table for the run file above: the file as it is, and a variant keeping only long documents.
+ABLATION = """
+[ablation]
+seeds = [1, 2]
+[ablation.variants.default]
+[ablation.variants.long-documents]
+clean = { min_tokens = 600 }
+"""
+
 STAGES = ["1-blacklist", "1-blacklist-check", "1-blacklist-duplicates", "2-scrape", "3-minhash", "3-dedup", "3-lsh",
           "4-clean", "5-shuffle", "5-shuffle-scatter", "6-decontaminate", "7-tokenizer", "8-tokenize", "9-dataset"]
 PER_URL_FILE = ("1-blacklist", "1-blacklist-check", "1-blacklist-duplicates", "2-scrape", "3-minhash", "3-lsh")

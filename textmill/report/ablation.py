@@ -60,10 +60,11 @@ class AblationRecord(Part):
         return cls(**known(cls, {**raw, "variants": [VariantResult.from_dict(v) for v in raw["variants"]]}))
 
     def measures(self) -> list[tuple[str, str, bool]]:
-        """(measure, held-out set or file, whether lower is better) of every evaluation, in the order shown."""
-        first = self.variants[0].seeds[0]
-        return ([("bits_per_byte", name, True) for name in first.bits_per_byte]
-                + [("lambada_accuracy", name, False) for name in first.lambada_accuracy])
+        """(measure, held-out set or file, whether lower is better) of every evaluation any variant has, in the
+        order shown (a variant whose own held-out split is empty has no figure for it)."""
+        seeds = [seed for variant in self.variants for seed in variant.seeds]
+        return ([("bits_per_byte", name, True) for name in dict.fromkeys(n for s in seeds for n in s.bits_per_byte)]
+                + [("lambada_accuracy", name, False) for name in dict.fromkeys(n for s in seeds for n in s.lambada_accuracy)])
 
     def variant(self, name: str) -> VariantResult:
         return next(v for v in self.variants if v.name == name)
@@ -93,9 +94,12 @@ def ablation_rows(record: AblationRecord) -> tuple[list[str], list[list[str]]]:
                  f"{first.tokens:,}", f"{first.epochs:.2f}"]
         for measure, name, lower in measures:
             values, theirs = variant.values(measure, name), base.values(measure, name)
+            if not values:
+                cells.append("-")
+                continue
             mean, spread = mean_and_spread(values)
             cell = f"{mean:.4f} ({spread:.4f})"
-            if variant is not base:
+            if variant is not base and theirs:
                 real = beats(values, theirs, lower) or beats(theirs, values, lower)
                 cell += f" {mean - mean_and_spread(theirs)[0]:+.4f}{'*' if real else ''}"
             cells.append(cell)
@@ -117,6 +121,8 @@ def verdict_lines(record: AblationRecord) -> list[str]:
             continue
         for measure, name, lower in record.measures():
             ours, theirs = variant.values(measure, name), base.values(measure, name)
+            if not ours or not theirs:
+                continue
             difference = mean_and_spread(ours)[0] - mean_and_spread(theirs)[0]
             if beats(ours, theirs, lower):
                 said = "better than"

@@ -115,6 +115,8 @@ def ablation_chart(record) -> str:
         ax = fig.add_subplot(1, len(measures), i + 1)
         for x, variant in enumerate(record.variants):
             values = variant.values(measure, name)
+            if not values:  # none for this variant (an empty held-out split)
+                continue
             mean = mean_and_spread(values)[0]
             ax.hlines(mean, x - 0.3, x + 0.3, color="#4c72b0" if variant.name != record.baseline else "#222")
             ax.scatter([x] * len(values), values, s=14, color="#dd8452", zorder=3)

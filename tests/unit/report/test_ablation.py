@@ -59,3 +59,19 @@ def test_the_ablations_report_page_shows_its_chart_table_and_verdicts():
     assert "<td>raw</td>" in page and "2.3300 (0.0600) +0.3200*" in page
     assert "<li>raw is worse than default on lambada_passages (bits/byte +0.3200, 2 seeds each)</li>" in page
     assert "<h2>Corpus funnel</h2>" not in page
+
+
+def test_a_measure_a_variant_lacks_is_a_dash_and_no_verdict():
+    """A variant whose own held-out split is empty (a corpus of three documents) has no figure for it."""
+    import dataclasses
+
+    first = RECORD.variants[0]
+    own = [dataclasses.replace(s, bits_per_byte={**s.bits_per_byte, "own_held_out": 1.5}) for s in first.seeds]
+    record = dataclasses.replace(RECORD, variants=[VariantResult("default", {}, own), *RECORD.variants[1:]])
+    header, *_ = ablation_table(record)
+    assert header.split(" | ")[5] == "own_held_out bits/byte"
+    assert ablation_table(record)[3].split(" | ")[5] == "-"
+    assert not any("own_held_out" in line for line in verdict_lines(record))
+    from textmill.report.page import render_ablation_report
+
+    assert render_ablation_report(record).count("data:image/png;base64,") == 1

@@ -3,20 +3,12 @@ overrides; a stage a variant does not change is one task in every variant's grap
 
 import pytest
 
-from support.runs import write_config
+from support.runs import ABLATION, write_config
 from textmill.errors import TextmillError
 from textmill.run_file import load_config
 from textmill.variants import variant_config
 from textmill.workflows import CleanShard, DedupShard, MergeDataset, ScrapeShard, TrainGPT
 from textmill.workflows.run_records import run_graph
-
-ABLATION = """
-[ablation]
-seeds = [1, 2]
-[ablation.variants.default]
-[ablation.variants.long-documents]
-clean = { min_tokens = 64 }
-"""
 
 
 def ablation_run(root) -> str:
@@ -32,7 +24,7 @@ def ablation_run(root) -> str:
 def test_a_variant_is_the_run_file_with_its_overrides_and_its_seed(tmp_path):
     config = ablation_run(tmp_path)
     long = load_config(variant_config(config, "long-documents", 2))
-    assert (long.clean.min_tokens, long.trainer.seed, long.variant) == (64, 2, "long-documents@2")
+    assert (long.clean.min_tokens, long.trainer.seed, long.variant) == (600, 2, "long-documents@2")
     assert load_config(config).clean.min_tokens == 32 and load_config(config).ablation.names == ["default", "long-documents"]
     with pytest.raises(TextmillError, match="no variant 'short'"):
         load_config(variant_config(config, "short", 1))
