@@ -133,3 +133,19 @@ def verdict_lines(record: AblationRecord) -> list[str]:
             lines.append(f"{variant.name} is {said} {base.name} on {name} ({UNITS[measure]} {difference:+.4f}, "
                          f"{len(ours)} seeds each)")
     return lines
+
+
+def winner_lines(record: AblationRecord) -> list[str]:
+    """A line per evaluation: the variant with the best mean, and its margin over the next best, said real only
+    where every seed of it beats every seed of that one."""
+    lines = []
+    for measure, name, lower in record.measures():
+        ranked = sorted(((mean_and_spread(v.values(measure, name))[0], v) for v in record.variants if v.values(measure, name)),
+                        key=lambda pair: pair[0], reverse=not lower)
+        if len(ranked) < 2:
+            continue
+        (best, winner), (second, runner_up) = ranked[:2]
+        real = beats(winner.values(measure, name), runner_up.values(measure, name), lower)
+        lines.append(f"best on {name}: {winner.name} ({UNITS[measure]} {best:.4f}), ahead of {runner_up.name} by "
+                     f"{abs(best - second):.4f}" + ("" if real else ", within the seeds' spread"))
+    return lines

@@ -148,7 +148,7 @@ def render_ablation_report(ablation) -> str:
     """report.html of an ablation (report.ablation.AblationRecord): its chart, table and verdicts."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    from textmill.report.ablation import ablation_rows, verdict_lines
+    from textmill.report.ablation import ablation_rows, verdict_lines, winner_lines
     from textmill.report.charts import ablation_chart
 
     environment = Environment(loader=PackageLoader("textmill.report"), autoescape=select_autoescape(["html"]),
@@ -158,7 +158,7 @@ def render_ablation_report(ablation) -> str:
         title=f"textmill ablation {ablation.started}", record=None, funnel=None, examples={}, dedup=None,
         decontaminated=None, corpus=None, train=None, evaluation=None, times=None, history=None,
         ablation={"record": ablation, "chart": ablation_chart(ablation), "table": table(rows, header),
-                  "verdicts": verdict_lines(ablation)})
+                  "verdicts": verdict_lines(ablation) + winner_lines(ablation)})
 
 
 def write_report(record: RunRecord, history: list[RunRecord], path: Path) -> Path:

@@ -19,7 +19,14 @@ import luigi
 from textmill.errors import Interrupted, RunFailed, TextmillError
 from textmill.io.files import atomic_path, read_json, write_json
 from textmill.io.store import listed_folders, publish
-from textmill.report.ablation import AblationRecord, SeedResult, VariantResult, ablation_table, verdict_lines
+from textmill.report.ablation import (
+    AblationRecord,
+    SeedResult,
+    VariantResult,
+    ablation_table,
+    verdict_lines,
+    winner_lines,
+)
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EvaluateHeldOut, EvaluateLambada, TrainGPT
 from textmill.workflows.stages import StageRecord, run_stages
@@ -131,5 +138,5 @@ def write_ablation(record: AblationRecord, folder: Path) -> Path:
         tmp.write_text(render_ablation_report(record), encoding="utf-8")
     with atomic_path(folder / "ablation.md") as tmp:
         tmp.write_text("\n".join([f"# Ablation of {record.config}", "", *ablation_table(record), "",
-                                  *(f"- {line}" for line in verdict_lines(record))]) + "\n")
+                                  *(f"- {line}" for line in verdict_lines(record) + winner_lines(record))]) + "\n")
     return folder

@@ -1,7 +1,15 @@
 """An ablation's answer (report/ablation.py): means over seeds, their spread, and a difference called real only
 where the seeds do not overlap."""
 
-from textmill.report.ablation import AblationRecord, SeedResult, VariantResult, ablation_table, beats, verdict_lines
+from textmill.report.ablation import (
+    AblationRecord,
+    SeedResult,
+    VariantResult,
+    ablation_table,
+    beats,
+    verdict_lines,
+    winner_lines,
+)
 
 
 def seed(seed: int, bpb: float, accuracy: float, documents: int = 100) -> SeedResult:
@@ -75,3 +83,9 @@ def test_a_measure_a_variant_lacks_is_a_dash_and_no_verdict():
     from textmill.report.page import render_ablation_report
 
     assert render_ablation_report(record).count("data:image/png;base64,") == 1
+
+
+def test_the_last_lines_say_which_variant_won_on_what_and_by_how_much():
+    assert winner_lines(RECORD) == [
+        "best on lambada_passages: default (bits/byte 2.0100), ahead of gopher by 0.0000, within the seeds' spread",
+        "best on lambada: gopher (LAMBADA accuracy 0.1200), ahead of default by 0.0100, within the seeds' spread"]
