@@ -21,6 +21,7 @@ import regex
 
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.stage import Verdict, filter_documents
+from textmill.pipeline.pii import remove_pii
 from textmill.pipeline.stage_configs import CleanConfig
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
@@ -74,6 +75,14 @@ def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], in
     return row, None, fixed != text
 
 
+def without_pii(row: dict, stats: dict) -> dict:
+    """A kept document with its e-mail and public IP addresses replaced (pipeline/pii.py), counted in `stats`."""
+    text, found = remove_pii(row["text"])
+    stats["pii_emails"] += found["emails"]
+    stats["pii_ips"] += found["ips"]
+    return {**row, "text": text} if found["emails"] or found["ips"] else row
+
+
 def token_counter(tokenizer: GPT2Tokenizer | None) -> tuple[Callable[[str], int], object]:
     """(count function, its description for the manifest): exact BPE tokens + 1 with a tokenizer, else
     the lower bound `approx_token_count`."""
@@ -86,12 +95,12 @@ def clean_shard(shard: Path, output: Path, cfg: CleanConfig, tokenizer: GPT2Toke
                 max_document_bytes: int = 0) -> dict:
     """Clean one document shard into `output`; returns its manifest."""
     count, counted_by = token_counter(tokenizer)
-    stats = {"ftfy_changed": 0}
+    stats = {"ftfy_changed": 0, **({"pii_emails": 0, "pii_ips": 0} if cfg.remove_pii else {})}
 
     def decide(row: dict) -> Verdict:
         row, reason, fixed = clean_document(row, cfg, count)
         stats["ftfy_changed"] += fixed
-        return row, reason
+        return (without_pii(row, stats) if reason is None and cfg.remove_pii else row), reason
 
     return filter_documents("clean", shard, output, {**cfg.params(), "tokenizer": counted_by}, decide, stats=stats,
                             max_document_bytes=max_document_bytes)

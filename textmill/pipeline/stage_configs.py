@@ -213,6 +213,9 @@ class CleanConfig(StageConfig):
                             "none detected)")
     min_tokens: int = setting(128, "drop documents with fewer tokens, end-of-document token included (GPT-2 "
                               "pre-tokenizer pieces + 1, a lower bound; BPE tokens when a vocabulary is given)", least=0)
+    remove_pii: bool = setting(True, "replace the e-mail addresses and public IP addresses of every kept document with "
+                               "placeholders that reach no one (pipeline/pii.py; OpenWebText and Megatron-LM kept them: "
+                               "false keeps them too)")
     langdetect_chars: int = setting(4000, "characters of each document the language detector reads", least=1)
     seed: int = setting(0, "langdetect seed", least=0, most=SEED_MAX)
     language_detector: Literal["fasttext", "langdetect"] = setting(

@@ -98,3 +98,24 @@ def test_language_any_keeps_every_language_and_detects_none():
     for row in (german, digits):
         assert clean_document(row, CleanConfig(min_tokens=0, language="any"), len)[1] is None
     assert clean_document(german, CleanConfig(min_tokens=500, language="any"), len)[1] == "too_short"
+
+
+def test_a_kept_documents_email_and_public_ip_addresses_are_replaced_and_counted(tmp_path):
+    """[clean] remove_pii (on by default): the kept text carries placeholders, the manifest the counts; a rejected
+    document is kept in its rejects as it came; remove_pii = false keeps the addresses, as OpenWebText did."""
+    rng = random.Random(2)
+    english = " ".join(synthweb.prose(rng, 4))
+    rows = [{"id": "mail", "text": english + " Write to jane.doe@uni.edu or call the server at 8.8.8.8."},
+            {"id": "local", "text": english + " The router is 192.168.0.1, the changelog says version 1.2.3.4."},
+            {"id": "de", "text": synthweb.foreign_paragraph(rng, "de", 120) + " kontakt@firma.de"}]
+    write_jsonl(tmp_path / "in" / "docs.jsonl", rows)
+    m = clean_shard(tmp_path / "in" / "docs.jsonl", tmp_path / "out" / "docs.parquet", CleanConfig())
+    kept = {r["id"]: r["text"] for r in pq.read_table(tmp_path / "out" / "docs.parquet").to_pylist()}
+    assert kept["mail"].endswith(" Write to email@example.com or call the server at 203.0.113.42.")
+    assert kept["local"] == rows[1]["text"]
+    assert (m["pii_emails"], m["pii_ips"]) == (1, 1) and m["params"]["remove_pii"] is True
+    [reject] = pq.read_table(tmp_path / "out" / ".rejects" / "docs.parquet").to_pylist()
+    assert reject["text"].endswith("kontakt@firma.de")
+    kept_as_is = clean_shard(tmp_path / "in" / "docs.jsonl", tmp_path / "raw" / "docs.parquet", CleanConfig(remove_pii=False))
+    assert "pii_emails" not in kept_as_is
+    assert pq.read_table(tmp_path / "raw" / "docs.parquet").to_pylist()[0]["text"] == rows[0]["text"]
