@@ -11,7 +11,10 @@ window_log 31, 112 MB for the same month with zstd's default window, measured), 
 A submission gives its link when it is a link post (`is_self` not true) to an http(s) URL, its score is at least
 `min_score`, its subreddit is among `subreddits` (when that is not empty) and not among `exclude_subreddits`, and,
 unless `nsfw`, it is not marked over 18. Otherwise it is a counted reject with its reason. `created_utc` is an
-integer in some months and a string or a float in others: each becomes whole seconds (-1 when missing).
+integer in some months and a string or a float in others: each becomes whole seconds (-1 when missing). A score or
+a time that is a number no column holds (10**30, infinity, NaN) is a counted reject (`bad_score`, `bad_time`).
+Pushshift stored URLs as HTML text (`&amp;` for `&`): they are unescaped (`unescape_urls`; OpenWebText took them as
+they were), and the manifest counts how many changed (`urls_unescaped`).
 
 A dump's links are a URL list in JSON lines (NAME.jsonl: `url`, `submission_id`, `score`, `subreddit`,
 `created_utc`), which the blacklist cuts into units like any list and whose other fields become each URL's
@@ -22,6 +25,7 @@ submission: a month's rejects would be the size of the month).
 from __future__ import annotations
 
 import functools
+import html
 import lzma
 import math
 import zlib
@@ -143,6 +147,8 @@ def judge(record: object, rules: RedditConfig) -> tuple[Link | None, str | None]
     created = _whole_seconds(record.get("created_utc"))
     if created == "bad_time":
         return None, "bad_time"
+    if rules.unescape_urls and "&" in url:  # Pushshift escaped a URL as HTML text: &amp; for &
+        url = html.unescape(url)
     return Link(url.strip(), str(record.get("id", "")), score, subreddit, -1 if created is None else created), None
 
 
@@ -168,7 +174,7 @@ def zstd_error() -> type[Exception]:
 def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
     """The links of one submission dump into the JSON-lines URL list `output` (NAME.jsonl), its rejects and
     manifest beside it (textmill.pipeline.shards); returns the manifest. Memory: a line and a batch of rows."""
-    lines = 0
+    lines = unescaped = 0
     with open_dump(dump) as stream, ShardOutput("reddit-urls", output, LINK_SCHEMA, [dump], rules.params()) as stage, \
             progress(desc=f"reddit-urls {dump.name}", unit="submission") as shown:
         try:
@@ -179,10 +185,11 @@ def reddit_links(dump: Path, output: Path, rules: RedditConfig) -> dict:
                 record, reason = (None, "too_large") if too_large else parsed_line(raw)
                 link, reason = (None, reason) if reason else judge(record, rules)
                 if link is not None:
+                    unescaped += rules.unescape_urls and link.url != record["url"].strip()
                     stage.keep(vars(link))  # dataclasses.asdict copied each field deeply: a third of the time
                 else:
                     stage.reject({**_rejected_fields(record), "source": f"{dump.name}:{lineno}"}, reason)
                 shown.update(1)
         except (OSError, EOFError, lzma.LZMAError, zlib.error, zstd_error()) as exc:
             raise TextmillError(f"cannot read {dump}: {exc}") from None
-        return stage.finish(lines)
+        return stage.finish(lines, **({"urls_unescaped": unescaped} if rules.unescape_urls else {}))

@@ -61,6 +61,8 @@ class RedditConfig(StageConfig):
                                           "subreddit")
     exclude_subreddits: tuple[str, ...] = setting((), "never take links from these subreddits (any case)")
     nsfw: bool = setting(False, "also take the links of submissions marked over 18")
+    unescape_urls: bool = setting(True, "undo the HTML escaping Pushshift's dumps hold in submission URLs (&amp; for &: "
+                                  "a parameter read as `amp;u`); OpenWebText took them escaped: false does too")
 
 
 @dataclass(frozen=True)

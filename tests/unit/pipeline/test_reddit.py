@@ -149,3 +149,21 @@ def test_a_4_gib_line_packed_into_a_small_zst_is_rejected_too_large_in_bounded_m
     (counts, reasons), peak_mb = run_measured(code, str(path), str(tmp_path / "out" / "RS_2011-02.jsonl"))
     assert counts["kept"] == 2 and reasons == {"too_large": 1}
     assert peak_mb < 500, f"{peak_mb} MB"
+
+
+def test_pushshifts_html_escaped_urls_are_unescaped_and_counted(tmp_path):
+    """Issue 65: 135 of 1,182 real 2005 submissions carry `&amp;` in their URL (the server then reads a parameter
+    named `amp;u`); OpenWebText took them so. Unescaped by default, counted; unescape_urls = false keeps them."""
+    rows = [{"id": "a", "url": "http://news.example/story?id=7&amp;u=3", "score": 9},
+            {"id": "b", "url": "http://vimeo.example/watch?v=1&amp;amp;t=2", "score": 9},
+            {"id": "c", "url": "http://plain.example/a?x=1&y=2", "score": 9}]
+    path = tmp_path / "RS_2005-12.zst"
+    path.write_bytes(zstd.compress(as_lines(rows)))
+    manifest = reddit_links(path, tmp_path / "out" / "RS_2005-12.jsonl", RedditConfig())
+    urls = [json.loads(line)["url"] for line in (tmp_path / "out" / "RS_2005-12.jsonl").read_text().splitlines()]
+    assert urls == ["http://news.example/story?id=7&u=3", "http://vimeo.example/watch?v=1&amp;t=2",
+                    "http://plain.example/a?x=1&y=2"]  # unescaped once, as Pushshift escaped once
+    assert manifest["urls_unescaped"] == 2 and manifest["params"]["unescape_urls"] is True
+    kept = reddit_links(path, tmp_path / "raw" / "RS_2005-12.jsonl", RedditConfig(unescape_urls=False))
+    assert "urls_unescaped" not in kept
+    assert json.loads((tmp_path / "raw" / "RS_2005-12.jsonl").read_text().splitlines()[0])["url"] == rows[0]["url"]
