@@ -23,6 +23,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from textmill.errors import TextmillError
+from textmill.io.progress import progress
 from textmill.pipeline.blacklist import normalize_url, url_id
 from textmill.pipeline.archive import archived_response
 from textmill.pipeline.scrape import extracted, extraction_pool, looks_binary, ordered_map, write_extracted
@@ -97,7 +98,9 @@ def warc_shard(unit: WarcUnit, output: Path, cfg: ScrapeConfig) -> dict:
 
     workers = max(cfg.extract_workers, 1)
     with extraction_pool(cfg) as pool, ThreadPoolExecutor(workers) as threads, \
-            ShardOutput("warc", output, DOC_SCHEMA, [], extraction_params(cfg)) as stage:
-        count, charsets = write_extracted(stage, ordered_map(threads, extract, records, 4 * workers))
+            ShardOutput("warc", output, DOC_SCHEMA, [], extraction_params(cfg)) as stage, \
+            progress(records, desc=f"warc {unit.shown()}", unit="response", leave=False) as counted:
+        # The unit's responses counted as they are read: one big archive is not `0 of 1 task` until its end.
+        count, charsets = write_extracted(stage, ordered_map(threads, extract, counted, 4 * workers))
         return stage.finish(count, unit=unit.record(), other_records=dict(sorted(records.others.items())),
                             charsets=charsets)

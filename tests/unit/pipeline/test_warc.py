@@ -183,3 +183,15 @@ def test_a_3_gib_record_as_the_archives_last_member_is_read_in_bounded_memory(tm
             "m = warc_shard(unit, Path(sys.argv[2]), ScrapeConfig(extract_workers=0)); result = m['reasons']")
     reasons, peak_mb = run_measured(code, str(path), str(tmp_path / "out" / "big.parquet"))
     assert reasons == {"too_large": 1} and peak_mb < 500, (reasons, peak_mb)
+
+
+def test_a_units_responses_are_counted_as_they_are_read(web, tmp_path, monkeypatch, capsys):
+    """Issue 65: one big archive showed `0 task of 1 task (0%)` until it was done. Its responses are counted within
+    the unit, a line every TEXTMILL_PROGRESS_S seconds without a terminal."""
+    monkeypatch.setenv("TEXTMILL_PROGRESS_S", "0")
+    archive = write_archive(web, BASE, tmp_path / "crawl.warc.gz")
+    [unit] = warc_units(archive, 10_000)
+    manifest = warc_shard(unit, tmp_path / "out" / "crawl.parquet", CONFIG)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"warc {unit.shown()}: ")]
+    assert len(lines) >= manifest["counts"]["input"] and lines[-1].endswith("done")
+    assert f": {manifest['counts']['input']} response, " in lines[-1]
