@@ -31,7 +31,9 @@ def run_command(args, stage: str, settings: dict) -> tuple:
     """Run `stage` through its tasks (textmill.workflows.commands); its summary line and its StageResult. A
     stage that rejected most of its input for one reason says so on stderr, with the remedy where there is one;
     one that kept nothing prints its summary and ends with an error (exit status 1)."""
-    from textmill.report.lines import nothing_kept, reject_warning, stage_line, stage_summary
+    from collections import Counter
+
+    from textmill.report.lines import no_responses, nothing_kept, reject_warning, stage_line, stage_summary
     from textmill.settings import resolve
     from textmill.workflows.commands import run_stage
 
@@ -47,6 +49,11 @@ def run_command(args, stage: str, settings: dict) -> tuple:
         print(f"textmill {stage}: {warning}", file=sys.stderr, flush=True)
     if not summary.kept:
         print(stage_line(summary), flush=True)
+        if stage == "warc" and not summary.input:  # records there, but not one page among them
+            others = Counter()
+            for manifest in result.manifests:
+                others.update(manifest.get("other_records", {}))
+            raise NothingKept(no_responses(dict(others)))
         raise NothingKept(nothing_kept(summary))
     return stage_line(summary), result
 

@@ -99,6 +99,14 @@ def nothing_kept(s: StageCounts) -> str:
             f"their reasons: textmill inspect {s.output}")
 
 
+def no_responses(others: dict[str, int]) -> str:
+    """The error of `textmill warc` on archives that hold records but no response (a page): what they hold."""
+    held = ", ".join(f"{kind} {count:,}" for kind, count in sorted(others.items())) or "no records"
+    hint = ("; a WET file holds the text Common Crawl extracted (conversion records), a WAT file its metadata "
+            "(metadata records): read the WARC files they were made from") if {"conversion", "metadata"} & set(others) else ""
+    return f"warc read no response records (pages): its archives hold {held}{hint}"
+
+
 def dedup_line(clusters: dict) -> str:
     sizes = clusters["cluster_sizes"]
     return (f"  {len(sizes)} duplicate cluster(s), largest {sizes[0] if sizes else 0}; {clusters['exact_duplicates']} "

@@ -195,3 +195,27 @@ def test_a_units_responses_are_counted_as_they_are_read(web, tmp_path, monkeypat
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"warc {unit.shown()}: ")]
     assert len(lines) >= manifest["counts"]["input"] and lines[-1].endswith("done")
     assert f": {manifest['counts']['input']} response, " in lines[-1]
+
+
+@pytest.mark.parametrize("kind, write, said", [
+    ("whole", lambda plain: gzip.compress(plain), "is gzipped whole, as one member, so no record of it can be read "
+                                                  "alone: warcio recompress"),
+    ("lz4", lambda plain: b"\x04\x22\x4d\x18" + plain, "is LZ4-compressed"),
+    ("zstd", lambda plain: b"\x28\xb5\x2f\xfd" + plain, "is zstd-compressed"),
+    ("arc", lambda plain: b"filedesc://old.arc 0.0.0.0 20040101000000 text/plain 76\n1 0 Alexa\n\n", "is an ARC file"),
+])
+def test_a_file_that_is_not_a_warc_a_reader_can_start_anywhere_says_what_it_is(web, tmp_path, kind, write, said):
+    """Issue 65: a whole-file gzip (`gzip file.warc`, which `gzip -t` passes) and an .lz4 WARC were "truncated or
+    damaged", an ARC file "Invalid WARC header": each says what it is, and the fix."""
+    plain = gzip.decompress(write_archive(web, BASE, tmp_path / "crawl.warc.gz").read_bytes())
+    (tmp_path / f"{kind}.warc.gz").write_bytes(write(plain))
+    with pytest.raises(TextmillError, match=said):
+        warc_units(tmp_path / f"{kind}.warc.gz", 10)
+
+
+def test_archives_without_a_response_say_what_they_hold():
+    from textmill.report.lines import no_responses
+
+    assert no_responses({"request": 3}) == "warc read no response records (pages): its archives hold request 3"
+    assert no_responses({"conversion": 2, "warcinfo": 1}).startswith(
+        "warc read no response records (pages): its archives hold conversion 2, warcinfo 1; a WET file holds the text")

@@ -1,0 +1,41 @@
+"""What a file given as a web archive is, when it is not a WARC file a reader can start at any record of: said in
+one true line with the fix, instead of "truncated or damaged" (issue 65).
+
+- a whole file gzipped as one member (`gzip file.warc`): `gzip -t` passes it, but no record can be read alone, and
+  the one member's end does not fall where a record's does;
+- an LZ4- or zstd-compressed WARC (`.warc.lz4`, `.warc.zst`: textmill reads gzip and plain WARC);
+- an ARC file (the Internet Archive's format before WARC, `filedesc://` first).
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+_HEAD = 1 << 16
+RECOMPRESS = "warcio recompress FILE FIXED.warc.gz (warcio, pip install warcio) writes a member per record"
+
+
+def what_it_is(path: Path) -> str | None:
+    """A line saying what `path` is instead, with how to read it; None when it looks like a WARC file."""
+    with open(path, "rb") as f:
+        head = f.read(_HEAD)
+    if head.startswith(b"\x04\x22\x4d\x18"):
+        return f"{path} is LZ4-compressed: textmill reads .warc.gz and .warc; lz4 -d it, then gzip it a record a member"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return f"{path} is zstd-compressed: textmill reads .warc.gz and .warc; zstd -d it (a plain .warc is read)"
+    if head.lstrip().startswith(b"filedesc://"):
+        return (f"{path} is an ARC file (the format before WARC), which textmill does not read: convert it to WARC "
+                "(warcio reads ARC and writes WARC)")
+    if head.startswith(b"\x1f\x8b") and _one_member_holds_many_records(head):
+        return f"{path} is gzipped whole, as one member, so no record of it can be read alone: {RECOMPRESS}"
+    return None
+
+
+def _one_member_holds_many_records(head: bytes) -> bool:
+    """Whether the first gzip member of a file starting with `head` holds the start of a second WARC record."""
+    try:
+        inflated = zlib.decompressobj(31).decompress(head, 4 * _HEAD)
+    except zlib.error:
+        return False
+    return inflated.startswith(b"WARC/") and inflated.count(b"\nWARC/1.") >= 1
