@@ -4,6 +4,7 @@ tests archive the synthetic web."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import uuid
@@ -17,6 +18,11 @@ def http_response(status: int, headers: list[tuple[str, str]], body: bytes) -> b
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
+def sha1_digest(data: bytes) -> str:
+    """A WARC digest as crawlers write it (wget, Heritrix, warcio): `sha1:` and the SHA-1 in base32."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
 def warc_record(record_type: str, url: str, date: str, block: bytes, content_type: str,
                 extra: tuple[tuple[str, str], ...] = ()) -> bytes:
     """One WARC/1.1 record as its own gzip member (how .warc.gz files are written, so a reader can start at any
@@ -24,7 +30,8 @@ def warc_record(record_type: str, url: str, date: str, block: bytes, content_typ
     time: the same record gives the same bytes."""
     record_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{record_type} {url} {date} {hashlib.sha1(block).hexdigest()}")
     headers = [("WARC-Type", record_type), ("WARC-Record-ID", f"<urn:uuid:{record_id}>"), ("WARC-Date", date),
-               ("WARC-Target-URI", url), *extra, ("Content-Type", content_type), ("Content-Length", str(len(block)))]
+               ("WARC-Target-URI", url), ("WARC-Block-Digest", sha1_digest(block)), *extra,
+               ("Content-Type", content_type), ("Content-Length", str(len(block)))]
     text = "WARC/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
     return gzip.compress(text.encode("utf-8") + block + b"\r\n\r\n", mtime=0)
 
@@ -34,7 +41,7 @@ def response_record(url: str, date: str, status: int, headers: list[tuple[str, s
     Its payload's type is the one the server declared (Common Crawl's WARC-Identified-Payload-Type, which readers
     such as datatrove's filter on, is what its crawler detected)."""
     declared = next((v.split(";")[0].strip().lower() for k, v in headers if k.lower() == "content-type"), "")
-    extra = (("WARC-Identified-Payload-Type", declared),) if declared else ()
+    extra = (("WARC-Payload-Digest", sha1_digest(body)),) + ((("WARC-Identified-Payload-Type", declared),) if declared else ())
     return warc_record("response", url, date, http_response(status, headers, body), "application/http; msgtype=response",
                        extra)
 

@@ -5,6 +5,8 @@ import dataclasses
 import functools
 import gzip
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -106,6 +108,10 @@ def test_an_archived_scrape_extracts_again_from_its_archive_to_the_same_document
     for url, row in again.items():
         assert (row["title"], row["text"], row["fetched_at"]) == \
             (scraped[url]["title"], scraped[url]["text"], scraped[url]["fetched_at"])
+    # Issue 65: the archive carries the block and payload digests crawlers write, and warcio's check verifies them.
+    check = subprocess.run([sys.executable, "-c", "from warcio.cli import main; main()", "check", "-v",
+                            str(tmp_path / "sc" / ".warc" / "urls.warc.gz")], capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.count("digest pass") == 2 * 5, check.stdout[-2000:]
 
 
 # Hosts that aiohttp's URL parser (yarl, IDNA) normalises to 127.0.0.1: full-width digits, ideographic full
