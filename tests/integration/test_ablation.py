@@ -45,3 +45,25 @@ def test_a_two_variant_ablation_shares_its_stages_and_answers_with_a_table(tmp_p
     table = again.stdout.splitlines()
     assert table[:4] == lines[start:start + 4]  # the same answer, and nothing else run
     assert {p: p.stat().st_mtime_ns for p in (work / "10-train").rglob("*")} == trained  # nothing trained again
+
+
+def test_an_ablation_on_a_central_scheduler_with_two_machines_gives_the_same_answer(tmp_path, site):
+    """Variants run on the run's machines as any graph does: two `textmill ablate` processes on one luigid (two
+    machines, as docs/running.md starts them) share the work and each prints the answer one process gives."""
+    import subprocess
+    import sys
+
+    from support.runs import central_scheduler
+
+    config = make_run(tmp_path, site, train="true", train_iters=20)
+    config.write_text(config.read_text() + ABLATION)
+    with central_scheduler(tmp_path) as url:
+        command = [sys.executable, "-m", "textmill.cli", "ablate", str(config), "--scheduler-url", url]
+        machines = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        answers = [machine.communicate(timeout=900) for machine in machines]
+    assert [m.returncode for m in machines] == [0, 0], [err[-2000:] for _, err in answers]
+    assert len(list((tmp_path / "work" / "10-train").iterdir())) == 4  # each model trained once, by one of them
+    tables = [[line for line in out.splitlines() if line.startswith("| ")] for out, _ in answers]
+    assert tables[0] == tables[1] and len(tables[0]) == 3  # the header and a row a variant
+    alone = run_cli("ablate", str(config))  # all finished: the same table again
+    assert [line for line in alone.stdout.splitlines() if line.startswith("| ")] == tables[0]

@@ -19,7 +19,8 @@ from textmill.workflows.corpus_tasks import (
                                              ScrapeShard,
                                              SignatureShard,
 )
-from textmill.workflows.model_tasks import EndToEnd, EvaluateLambada, ExportHF, TrainGPT
+from textmill.workflows.ablation import AblationTargets
+from textmill.workflows.model_tasks import EndToEnd, EvaluateHeldOut, EvaluateLambada, ExportHF, TrainGPT
 from textmill.workflows.runner import configure_luigi
 from textmill.workflows.shuffle_tasks import (
                                              Decontaminate,
@@ -35,8 +36,9 @@ from textmill.workflows.token_tasks import Corpus, GivenTokenizer, ImportHF, Mer
 
 configure_luigi()
 
-__all__ = ["BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "CleanShard", "Corpus", "Decontaminate",
-           "DecontaminateCount", "DecontaminateSelect", "DecontaminateShard", "DedupBand", "DedupBandKeys",
-           "DedupClusters", "DedupShard", "EndToEnd", "EvaluateLambada", "ExportHF", "ExtractShard", "GivenTokenizer",
-           "ImportHF", "MergeDataset", "QualityShard", "ScrapeShard", "Shuffle", "ShuffleGather", "ShufflePlan",
-           "ShuffleScatter", "SignatureShard", "TokenizeShard", "TrainGPT", "TrainTokenizer"]
+__all__ = ["AblationTargets", "BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "CleanShard", "Corpus",
+           "Decontaminate", "DecontaminateCount", "DecontaminateSelect", "DecontaminateShard", "DedupBand",
+           "DedupBandKeys", "DedupClusters", "DedupShard", "EndToEnd", "EvaluateHeldOut", "EvaluateLambada",
+           "ExportHF", "ExtractShard", "GivenTokenizer", "ImportHF", "MergeDataset", "QualityShard", "ScrapeShard",
+           "Shuffle", "ShuffleGather", "ShufflePlan", "ShuffleScatter", "SignatureShard", "TokenizeShard",
+           "TrainGPT", "TrainTokenizer"]

@@ -44,6 +44,16 @@ def ablation_targets(config: str) -> list[luigi.Task]:
     return targets + [StageRecord(config, stage.name) for stage in run_stages(settings)]
 
 
+class AblationTargets(luigi.WrapperTask):
+    """Every variant's targets: one task the whole ablation's is, so that a worker on a central scheduler stays
+    while the last of them runs on another machine (a worker leaves when nothing it could take is pending)."""
+
+    config = luigi.Parameter(description="the run's TOML file, with its [ablation] table")
+
+    def requires(self):
+        return [task for variant in variant_configs(Path(self.config)) for task in ablation_targets(variant)]
+
+
 def variant_configs(config: Path) -> list[str]:
     """Every variant of the run file with every seed, each checked (one error line before any work)."""
     settings = run_config(str(config))
@@ -71,12 +81,15 @@ def run_ablation(config: Path, workers: int = 1, scheduler_url: str | None = Non
     started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.perf_counter()
     configure_luigi()
     try:
+        def targets() -> list[luigi.Task]:
+            return [AblationTargets(str(config))]
+
         if scheduler_url:
-            ok, summary = build_graphs(variants, ablation_targets, workers, scheduler_url)
+            ok, summary = build_graphs(variants, targets, workers, scheduler_url)
         else:
             with work_lock(work):
                 upgrade_work_layout(work)
-                ok, summary = build_graphs(variants, ablation_targets, workers, None)
+                ok, summary = build_graphs(variants, targets, workers, None)
     except KeyboardInterrupt:
         raise Interrupted("finished tasks are kept; `textmill ablate` again goes on from them") from None
     if not ok:

@@ -323,19 +323,19 @@ def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> R
 
 def build_run(config: Path, workers: int, scheduler_url: str | None) -> tuple[bool, str]:
     """Every task of the run that is not finished: whether all are now, and Luigi's summary."""
-    return build_graphs([str(config)], run_targets, workers, scheduler_url)
+    return build_graphs([str(config)], lambda: run_targets(config), workers, scheduler_url)
 
 
 def build_graphs(configs: list[str], targets_of, workers: int, scheduler_url: str | None) -> tuple[bool, str]:
-    """Every unfinished task of the graphs of `configs` (a run's, or an ablation's variants', which share what
-    they have in common: variant_tasks.py), `targets_of(config)` each, built as one graph: whether all are
-    finished now, and Luigi's summary."""
+    """Every unfinished task of `targets_of()`, the targets of the graphs of `configs` (a run's, or an ablation's
+    variants', which share what they have in common: variant_tasks.py), once the files each graph starts from are
+    there: whether all are finished now, and Luigi's summary."""
     per_stage = tasks_per_stage(configs[0], workers, scheduler_url)
     sources = [task for config in configs for task in source_tasks(config)]
     if sources and not all(task.complete() for task in sources):  # the graph after them is known once they are
         build(batched(sources, per_stage), workers, scheduler_url, Schedulers(), log_level="WARNING")
         forget()
-    targets = [task for config in configs for task in targets_of(config)]
+    targets = targets_of()
     # A task whose done file is there but damaged runs again even when what follows it is complete (Luigi
     # would not look at it): its record is rebuilt rather than missing from every later report.
     with listed_folders(run_config(configs[0]).run.work_dir):
