@@ -32,14 +32,14 @@ def cmd_run(args) -> str:
 
 
 def cmd_ablate(args) -> str:
-    from textmill.report.ablation import ablation_table, verdict_lines, winner_lines
+    from textmill.report.ablation import answer_lines
     from textmill.run_file import load_config
     from textmill.workflows.ablation import run_ablation
 
     load_config(args.config)  # a bad config is one error line before Luigi starts
     record, folder = run_ablation(args.config, args.workers, args.scheduler_url)
     variants, seeds = len(record.variants), len(record.variants[0].seeds)
-    return "\n".join([*ablation_table(record), "", *verdict_lines(record), "", *winner_lines(record),
+    return "\n".join([*answer_lines(record),
                       f"ablate: {variants} variant(s) x {seeds} seed(s) in {record.seconds:.0f} s -> {folder}"])
 
 

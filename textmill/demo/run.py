@@ -153,14 +153,14 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
 
 
 def ablation_lines(config: Path, started: float) -> str:
-    from textmill.report.ablation import ablation_table, verdict_lines, winner_lines
+    from textmill.report.ablation import answer_lines
     from textmill.workflows.ablation import run_ablation
 
     record, folder = run_ablation(config)
     return "\n".join(["", "textmill demo --ablate: a tiny GPT per variant and seed, the same tokens each; bits per byte "
                       "of held-out English (cloze: the demo's held-out generated passages; lambada_passages: "
                       "LAMBADA's), lower is better; * where every seed of a variant beats every seed of the other",
-                      *ablation_table(record), "", *verdict_lines(record), "", *winner_lines(record), "",
+                      *answer_lines(record), "",
                       f"textmill demo --ablate: done in {time.perf_counter() - started:.0f}s; the record is {folder}, "
                       f"the run file {config} (`textmill ablate` on it repeats it)"])
 

@@ -38,7 +38,7 @@ import aiohttp
 from textmill.errors import TextmillError
 from textmill.io.numbers import whole_number
 from textmill.pipeline.blacklist import normalize_url
-from textmill.pipeline.fetch import HTML_TYPES, Fetched, backoff_wait, retry_after
+from textmill.pipeline.fetch import HTML_TYPES, Fetched, backoff_wait, body_at_most, retry_after
 from textmill.pipeline.stored_http import stored_response
 
 # A record holds its page's body and its WARC and HTTP headers: what a record may take beyond max_bytes.
@@ -234,12 +234,10 @@ def status_error(what: str, response) -> ArchiveError:
 
 async def bounded_body(response, limit: int, too_large: str) -> bytes:
     """A response's body, or ArchiveError(too_large) as soon as it passes `limit` bytes."""
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > limit:
-            raise ArchiveError(too_large)
-    return bytes(body)
+    body = await body_at_most(response, limit)
+    if body is None:
+        raise ArchiveError(too_large)
+    return body
 
 
 class Archive:

@@ -120,12 +120,10 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
                     return Fetched(current, resp.status, reason=f"content_type={mime or 'missing'}")
                 if (resp.content_length or 0) > cfg.max_bytes:
                     return Fetched(current, resp.status, reason="too_large")
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    body += chunk
-                    if len(body) > cfg.max_bytes:
-                        return Fetched(current, resp.status, reason="too_large")
-                return Fetched(current, resp.status, bytes(body), content_type=resp.headers.get("Content-Type"))
+                body = await body_at_most(resp, cfg.max_bytes)
+                if body is None:
+                    return Fetched(current, resp.status, reason="too_large")
+                return Fetched(current, resp.status, body, content_type=resp.headers.get("Content-Type"))
         except aiohttp.ClientConnectorError:  # refused, unreachable, no such name
             blocked = host in resolver.blocked
             return Fetched(current, reason="blocked_address" if blocked else "connection_error", host_down=not blocked)
@@ -142,6 +140,16 @@ async def _fetch_hops(session: aiohttp.ClientSession, resolver: GuardedResolver,
             # this URL's reject, not the shard's end.
             return Fetched(current, reason="broken_response")
     return Fetched(current, reason="too_many_redirects")
+
+
+async def body_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """A response's body, or None as soon as it passes `limit` bytes (the rest is never read)."""
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 async def http_get(session: aiohttp.ClientSession, resolver: GuardedResolver, url: str, cfg: ScrapeConfig,

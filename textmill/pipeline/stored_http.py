@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass
 
 MAX_HEADER_BYTES = 64 * 1024
+_BLANK_LINE = re.compile(rb"\n\r?\n")
 _STATUS_LINE = re.compile(rb"HTTP/[0-9](?:\.[0-9])?[ \t]+([0-9]{3})(?:[ \t].*)?")
 _CHUNK_SIZE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?")
 
@@ -41,11 +42,10 @@ def stored_response(reader, max_bytes: int, with_body=lambda status, headers: Tr
     """The HTTP response in a record's block (`reader.read(n)`, as FastWARC's record reader reads); its body is
     read only when `with_body(status, headers)` says so (a page the caller rejects by its headers is not read)."""
     start = reader.read(MAX_HEADER_BYTES + 4)
-    end = _header_end(start)
-    if end is None:
-        if len(start) > MAX_HEADER_BYTES:
-            return StoredResponse(None, {}, reason="broken_response")
-        end = len(start)  # a message of headers alone
+    blank = _BLANK_LINE.search(start)  # the end of the header block
+    if blank is None and len(start) > MAX_HEADER_BYTES:
+        return StoredResponse(None, {}, reason="broken_response")
+    end, raw = (blank.start(), start[blank.end():]) if blank else (len(start), b"")  # or a message of headers alone
     lines = re.split(rb"\r?\n", start[:end])
     match = _STATUS_LINE.fullmatch(lines[0].rstrip(b"\r"))
     if not match:
@@ -54,7 +54,6 @@ def stored_response(reader, max_bytes: int, with_body=lambda status, headers: Tr
     if not with_body(status, headers):
         return StoredResponse(status, headers)
     raw_limit = 2 * max_bytes + MAX_HEADER_BYTES
-    raw = _after_blank_line(start, end)
     raw += reader.read(raw_limit + 1 - len(raw)) if len(raw) <= raw_limit else b""
     if len(raw) > raw_limit:
         return StoredResponse(status, headers, reason="too_large")
@@ -68,17 +67,6 @@ def stored_response(reader, max_bytes: int, with_body=lambda status, headers: Tr
     if len(body) > max_bytes:
         return StoredResponse(status, headers, reason="too_large")
     return StoredResponse(status, headers, body)
-
-
-def _header_end(data: bytes) -> int | None:
-    """Where the header block ends (its last line's end, before the blank line), or None if it does not in `data`."""
-    match = re.search(rb"\n\r?\n", data)
-    return match.start() if match else None
-
-
-def _after_blank_line(data: bytes, end: int) -> bytes:
-    match = re.compile(rb"\n\r?\n").match(data, end)
-    return data[match.end():] if match else b""
 
 
 def _headers(lines: list[bytes]) -> dict[str, str]:

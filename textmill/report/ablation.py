@@ -149,3 +149,13 @@ def winner_lines(record: AblationRecord) -> list[str]:
         lines.append(f"best on {name}: {winner.name} ({UNITS[measure]} {best:.4f}), ahead of {runner_up.name} by "
                      f"{abs(best - second):.4f}" + ("" if real else ", within the seeds' spread"))
     return lines
+
+
+def conclusions(record: AblationRecord) -> list[str]:
+    """The verdicts against the baseline, then the best variant on each evaluation."""
+    return verdict_lines(record) + winner_lines(record)
+
+
+def answer_lines(record: AblationRecord) -> list[str]:
+    """What `textmill ablate` and `textmill demo --ablate` print: the table, the verdicts, the best variants."""
+    return [*ablation_table(record), "", *verdict_lines(record), "", *winner_lines(record)]

@@ -125,14 +125,19 @@ def train_section(record: RunRecord) -> dict | None:
             "chart": training_chart(metrics) if metrics else None}
 
 
-def render_report(record: RunRecord, history: list[RunRecord]) -> str:
-    """report.html of one run."""
+def template_environment():
+    """templates/ of this package, autoescaped, an undefined name an error."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+    return Environment(loader=PackageLoader("textmill.report"), autoescape=select_autoescape(["html"]),
+                       undefined=StrictUndefined, keep_trailing_newline=True)
+
+
+def render_report(record: RunRecord, history: list[RunRecord]) -> str:
+    """report.html of one run."""
     from textmill.report.charts import times_chart
 
-    environment = Environment(loader=PackageLoader("textmill.report"), autoescape=select_autoescape(["html"]),
-                              undefined=StrictUndefined, keep_trailing_newline=True)
+    environment = template_environment()
     rows = results_rows(history)
     evaluation = [[r.name, f"{r.accuracy:.2%}", f"{r.correct}/{r.total}", r.perplexity] for r in record.evaluate or []]
     return environment.get_template("report.html").render(
@@ -146,19 +151,16 @@ def render_report(record: RunRecord, history: list[RunRecord]) -> str:
 
 def render_ablation_report(ablation) -> str:
     """report.html of an ablation (report.ablation.AblationRecord): its chart, table and verdicts."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-
-    from textmill.report.ablation import ablation_rows, verdict_lines, winner_lines
+    from textmill.report.ablation import ablation_rows, conclusions
     from textmill.report.charts import ablation_chart
 
-    environment = Environment(loader=PackageLoader("textmill.report"), autoescape=select_autoescape(["html"]),
-                              undefined=StrictUndefined, keep_trailing_newline=True)
+    environment = template_environment()
     header, rows = ablation_rows(ablation)
     return environment.get_template("report.html").render(
         title=f"textmill ablation {ablation.started}", record=None, funnel=None, examples={}, dedup=None,
         decontaminated=None, corpus=None, train=None, evaluation=None, times=None, history=None,
         ablation={"record": ablation, "chart": ablation_chart(ablation), "table": table(rows, header),
-                  "verdicts": verdict_lines(ablation) + winner_lines(ablation)})
+                  "verdicts": conclusions(ablation)})
 
 
 def write_report(record: RunRecord, history: list[RunRecord], path: Path) -> Path:

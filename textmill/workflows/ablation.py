@@ -24,8 +24,7 @@ from textmill.report.ablation import (
     SeedResult,
     VariantResult,
     ablation_table,
-    verdict_lines,
-    winner_lines,
+    conclusions,
 )
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EvaluateHeldOut, EvaluateLambada, TrainGPT
@@ -151,5 +150,5 @@ def write_ablation(record: AblationRecord, folder: Path) -> Path:
         tmp.write_text(render_ablation_report(record), encoding="utf-8")
     with atomic_path(folder / "ablation.md") as tmp:
         tmp.write_text("\n".join([f"# Ablation of {record.config}", "", *ablation_table(record), "",
-                                  *(f"- {line}" for line in verdict_lines(record) + winner_lines(record))]) + "\n")
+                                  *(f"- {line}" for line in conclusions(record))]) + "\n")
     return folder
