@@ -33,6 +33,19 @@ def cloze_passages(seed: int, count: int) -> list[str]:
     return [synthweb.paragraph(rng, 4).rstrip(".!?") for _ in range(count)]
 
 
+# The ablation's web is the novel's paragraphs but its last ones, which are the held-out English: 100 passages of two
+# paragraphs each, in LAMBADA's shape (the closing punctuation and quotation marks taken off the last word).
+NOVEL_HELD_OUT_PASSAGES = 100
+
+
+def novel_split() -> tuple[list[str], list[str]]:
+    """(the paragraphs the ablation's web is made of, the held-out passages)"""
+    novel = synthweb.novel_paragraphs()
+    held_out = novel[-2 * NOVEL_HELD_OUT_PASSAGES:]
+    passages = [" ".join(held_out[i: i + 2]).rstrip(".!?,;:’”\"' ") for i in range(0, len(held_out), 2)]
+    return novel[: -len(held_out)], passages
+
+
 DEMO_CONFIG = """\
 # Written by `textmill demo`; `textmill run --example-config` documents every field.
 [run]
@@ -106,8 +119,14 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     started = time.perf_counter()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    eval_texts = cloze_passages(seed + 1, 100)
-    eval_file = workdir / "eval" / "cloze.jsonl"
+    if ablate:
+        web_paragraphs, eval_texts = novel_split()
+        if pages > len(web_paragraphs):
+            raise TextmillError(f"--pages {pages}: the ablation's web has {len(web_paragraphs)} paragraphs of the "
+                                "novel to make articles of; ask for at most that many")
+    else:
+        web_paragraphs, eval_texts = None, cloze_passages(seed + 1, 100)
+    eval_file = workdir / "eval" / ("novel-held-out.jsonl" if ablate else "cloze.jsonl")
     eval_file.parent.mkdir(parents=True, exist_ok=True)
     eval_file.write_text("".join(json.dumps({"text": t}) + "\n" for t in eval_texts))
     eval_files = [str(eval_file)] + ([str(Path(lambada).resolve())] if lambada else [])
@@ -116,7 +135,7 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
 
     junk = ABLATION_JUNK if ablate else {"near_duplicates": 10, "foreign": 20, "mojibake": 30, "short": 20}
     web = synthweb.build_web(seed=seed, articles=pages, **{kind: pages // every for kind, every in junk.items()},
-                             planted=tuple(eval_texts[:3]))
+                             planted=tuple(eval_texts[:3]), real_paragraphs=web_paragraphs)
     config = workdir / "run.toml"
     with serve_web(web, port) as server:
         urls = synthweb.url_list(web, server)
@@ -158,8 +177,9 @@ def ablation_lines(config: Path, started: float) -> str:
 
     record, folder = run_ablation(config)
     return "\n".join(["", "textmill demo --ablate: a tiny GPT per variant and seed, the same tokens each; bits per byte "
-                      "of held-out English (cloze: the demo's held-out generated passages; lambada_passages: "
-                      "LAMBADA's), lower is better; * where every seed of a variant beats every seed of the other",
+                      "of held-out English (novel-held-out: the novel's last passages, which the web does not serve; "
+                      "lambada_passages: LAMBADA's; own_held_out: each variant's own held-out split), lower is "
+                      "better; * where every seed of a variant beats every seed of the other",
                       *answer_lines(record), "",
                       f"textmill demo --ablate: done in {time.perf_counter() - started:.0f}s; the record is {folder}, "
                       f"the run file {config} (`textmill ablate` on it repeats it)"])
@@ -214,6 +234,7 @@ def add_demo_parser(sub) -> None:
                    "so the same port gives the same corpus; 0: any free port)")
     p.add_argument("--ablate", action="store_true",
                    help="instead of one run, an ablation of three variants of it (no cleanup; the chain as it is; "
-                   "with Gopher's quality rules), each trained with two seeds on a web with more junk, compared in "
-                   "bits per byte of held-out English (textmill ablate; docs/ablations.md)")
+                   "with Gopher's quality rules), each trained with two seeds on a web whose articles are a real "
+                   "novel's paragraphs (Pride and Prejudice) and whose junk is more, compared in bits per byte of "
+                   "held-out English: the novel's last passages and LAMBADA's (textmill ablate; docs/ablations.md)")
     p.set_defaults(func=cmd_demo)

@@ -7,13 +7,17 @@ reaches out to any address.
 
 from __future__ import annotations
 
+import gzip
 import random
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
+
+NOVEL = Path(__file__).parent / "data" / "pride-and-prejudice.txt.gz"
 
 _DET = "the a this that every some one another each no".split()
 _ADJ = (
@@ -67,6 +71,13 @@ def sentence(rng: random.Random) -> str:
     if rng.random() < 0.15:
         clause += f" in {rng.randint(1801, 2023)}"
     return clause[0].upper() + clause[1:] + rng.choice(".....!?")
+
+
+def novel_paragraphs() -> list[str]:
+    """Jane Austen's Pride and Prejudice (1813, public domain; data/SOURCES.md), a paragraph a line, in order:
+    real English for a web whose model is measured on real text, which the small grammar above is not."""
+    with gzip.open(NOVEL, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
 
 
 def paragraph(rng: random.Random, sentences: int) -> str:
@@ -163,11 +174,15 @@ def build_web(
     short: int = 15,
     faults: bool = True,
     planted: tuple[str, ...] = (),
+    real_paragraphs: list[str] | None = None,
 ) -> SyntheticWeb:
     """`planted` passages (say, evaluation texts) are appended as a paragraph to the first articles,
-    one each, so decontamination has something to find."""
+    one each, so decontamination has something to find. With `real_paragraphs` (say, `novel_paragraphs()`) the
+    articles are those paragraphs cut in order into `articles` runs, instead of generated prose."""
     rng = random.Random(seed)
     web = SyntheticWeb()
+    if real_paragraphs is not None and len(real_paragraphs) < articles:
+        raise ValueError(f"{len(real_paragraphs)} real paragraphs cannot make {articles} articles")
 
     def add(path: str, page: Page, kind: str, listed: bool = True) -> None:
         web.pages[path] = page
@@ -177,7 +192,10 @@ def build_web(
 
     article_texts = []
     for i in range(articles):
-        paragraphs = prose(rng, rng.randint(4, 9))
+        if real_paragraphs is None:
+            paragraphs = prose(rng, rng.randint(4, 9))
+        else:
+            paragraphs = real_paragraphs[len(real_paragraphs) * i // articles: len(real_paragraphs) * (i + 1) // articles]
         if i < len(planted):
             paragraphs.insert(len(paragraphs) // 2, planted[i])
         title = f"{rng.choice(_ADJ).title()} {rng.choice(_NOUN).title()} {i}"

@@ -137,7 +137,7 @@ def verdict_lines(record: AblationRecord) -> list[str]:
 
 def winner_lines(record: AblationRecord) -> list[str]:
     """A line per evaluation: the variant with the best mean, and its margin over the next best, said real only
-    where every seed of it beats every seed of that one."""
+    where every seed of it beats every seed of that one; or the variants that tie for best, to the digits shown."""
     lines = []
     for measure, name, lower in record.measures():
         ranked = sorted(((mean_and_spread(v.values(measure, name))[0], v) for v in record.variants if v.values(measure, name)),
@@ -145,6 +145,10 @@ def winner_lines(record: AblationRecord) -> list[str]:
         if len(ranked) < 2:
             continue
         (best, winner), (second, runner_up) = ranked[:2]
+        tied = [v.name for mean, v in ranked if round(mean, 4) == round(best, 4)]
+        if len(tied) > 1:  # as printed: no variant is ahead
+            lines.append(f"best on {name}: none, {' and '.join(tied)} tie ({UNITS[measure]} {best:.4f})")
+            continue
         real = beats(winner.values(measure, name), runner_up.values(measure, name), lower)
         lines.append(f"best on {name}: {winner.name} ({UNITS[measure]} {best:.4f}), ahead of {runner_up.name} by "
                      f"{abs(best - second):.4f}" + ("" if real else ", within the seeds' spread"))

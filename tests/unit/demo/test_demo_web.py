@@ -1,4 +1,6 @@
-"""The demo's synthetic web moves to a free port when its own is taken."""
+"""The demo's synthetic web: a free port when its own is taken; the ablation's web of a real novel's paragraphs."""
+
+import pytest
 
 from textmill.demo import synthweb
 
@@ -19,3 +21,26 @@ def test_the_demo_web_moves_to_a_free_port_when_its_own_is_taken(capsys):
             with urllib.request.urlopen(synthweb.base_url(server) + web.url_paths[0], timeout=10) as page:
                 assert page.status == 200
     assert f"port {port} is taken" in capsys.readouterr().out
+
+
+def test_the_ablations_web_serves_the_novel_in_order_and_holds_its_last_passages_out():
+    import hashlib
+
+    from textmill.demo.run import NOVEL_HELD_OUT_PASSAGES, novel_split
+
+    novel = synthweb.novel_paragraphs()
+    # The shipped text (data/SOURCES.md says how it was made from Project Gutenberg's file).
+    assert hashlib.sha256(("\n".join(novel) + "\n").encode()).hexdigest() == (
+        "268b7777b3df6bc399f1d9a312eccd83a55d2d02d9a2dc979cd84530b73f448d")
+    assert novel[0].startswith("It is a truth universally acknowledged") and len(novel) == 2061
+    served, held_out = novel_split()
+    assert len(held_out) == NOVEL_HELD_OUT_PASSAGES and served == novel[: -2 * NOVEL_HELD_OUT_PASSAGES]
+    assert held_out[-1].endswith("the means of uniting them") and held_out[0].startswith(novel[len(served)][:40])
+
+    web = synthweb.build_web(seed=1, articles=300, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False,
+                             real_paragraphs=served)
+    articles = [web.texts[f"/article/{i}.html"] for i in range(300)]
+    assert "\n\n".join(articles) == "\n\n".join(served)  # every paragraph once, in the novel's order
+    assert not any(passage[:60] in text for passage in held_out for text in articles)
+    with pytest.raises(ValueError, match="3 real paragraphs cannot make 4 articles"):
+        synthweb.build_web(articles=4, real_paragraphs=served[:3])

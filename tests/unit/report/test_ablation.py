@@ -87,5 +87,5 @@ def test_a_measure_a_variant_lacks_is_a_dash_and_no_verdict():
 
 def test_the_last_lines_say_which_variant_won_on_what_and_by_how_much():
     assert winner_lines(RECORD) == [
-        "best on lambada_passages: default (bits/byte 2.0100), ahead of gopher by 0.0000, within the seeds' spread",
+        "best on lambada_passages: none, default and gopher tie (bits/byte 2.0100)",
         "best on lambada: gopher (LAMBADA accuracy 0.1200), ahead of default by 0.0100, within the seeds' spread"]
