@@ -5,7 +5,8 @@
 #
 # 1. the GPU lane (python -m pytest tests/gpu): 16-bit training and compiled blocks against fp32, loss scaling,
 #    the fused optimizer, the offload stream, recomputation, checkpoints GPU -> CPU -> GPU, `textmill train` under
-#    torchrun with NCCL, `evaluate lambada`, `serve`, the key/value cache, a 124M step's activation memory;
+#    torchrun with NCCL, `evaluate lambada`, `serve`, the key/value cache, a 124M step's activation memory, a small
+#    ablation (two corpora, two seeds each, bits per byte of held-out English, the verdict);
 # 2. benchmarks/bench_gpu.py: GPT-2 124M, 345M and a 1.1B LLaMA shape against transformers' compiled model in the
 #    same run (tokens/s, MFU, peak memory, the kernel-time split), each against its MFU target.
 # --quick: the lane, then GPT-2 124M alone with fewer steps. Each part has a deadline (the whole check ends inside
