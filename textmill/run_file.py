@@ -20,6 +20,7 @@ from textmill.io.numbers import whole_number
 from textmill.io.store import configure, fetch_file_or_tree, url_of
 from textmill.pipeline.stage_configs import (
     BlacklistConfig,
+    ClassifyConfig,
     CleanConfig,
     DecontaminateConfig,
     DedupConfig,
@@ -130,6 +131,7 @@ TABLES = {
     "dedup": Table(DedupConfig),
     "clean": Table(CleanConfig),
     "quality": Table(QualityConfig),
+    "classify": Table(ClassifyConfig, {"seed": "the classifier's seed is [run] seed"}),
     "shuffle": Table(ShuffleConfig, {"seed": "the shuffle's seed is [run] seed"}),
     "decontaminate": Table(DecontaminateConfig),
     "tokenize": Table(TokenizeConfig, {"json_keys": "the workflow tokenizes the documents' text",
@@ -196,6 +198,7 @@ class RunConfig:
     dedup: DedupConfig = field(default_factory=DedupConfig)
     clean: CleanConfig = field(default_factory=CleanConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    classify: ClassifyConfig = field(default_factory=ClassifyConfig)
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
@@ -216,8 +219,8 @@ class RunConfig:
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
 # (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.
 CORPUS_STAGES = {"reddit-urls": "0-reddit", "blacklist": "1-blacklist", "scrape": "2-scrape", "warc": "2-warc",
-                 "extract": "2-extract", "dedup": "3-dedup", "clean": "4-clean", "quality": "4-quality", "shuffle": "5-shuffle",
-                 "decontaminate": "6-decontaminate"}
+                 "extract": "2-extract", "dedup": "3-dedup", "clean": "4-clean", "quality": "4-quality",
+                 "classify": "4-classify", "shuffle": "5-shuffle", "decontaminate": "6-decontaminate"}
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -285,7 +288,7 @@ def read_tables(path: Path, raw: dict) -> dict:
         given = raw.get(name, {})
         if not isinstance(given, dict):
             raise TextmillError(f"{name} must be a [{name}] table")
-        extra = {"seed": values["run"].seed} if name == "shuffle" else {}
+        extra = {"seed": values["run"].seed} if name in ("shuffle", "classify") else {}
         own = given if name != "train" else {k: v for k, v in given.items() if k in WORKFLOW_TRAIN_KEYS}
         values[name] = from_table(table.settings, name, own, path.parent, skip=table.workflow_sets, **extra)[0]
         if name == "train":

@@ -108,6 +108,11 @@ REASONS: dict[str, dict[str, str]] = {
            for reason in ("lorem_ipsum", "curly_bracket", "too_few_sentences")},
         **{reason: "FineWeb's rules" for reason in ("line_punctuation", "short_lines", "repeated_line_chars", "list_like")},
     },
+    "classify": {
+        **READ,
+        "low_score": "the classifier's verdict: a score under [classify] threshold, or GPT-3's Pareto draw not past 1 - "
+                     "score (the score is in the reject's metadata)",
+    },
     "shuffle": READ,
     "decontaminate": {
         **READ,

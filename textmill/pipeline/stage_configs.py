@@ -318,6 +318,49 @@ class QualityConfig(StageConfig):
 
 
 @dataclass(frozen=True)
+class ClassifyConfig(StageConfig):
+    """A quality classifier over the cleaned documents: trained in the run (hashed word n-grams and a logistic
+    regression, GPT-3's recipe) on documents of the kind to keep against documents of the kind to drop, or a
+    fastText model given; each document's score is kept in its metadata."""
+
+    positives: tuple[Path, ...] = setting((), "documents of the kind to keep: JSON-lines or Parquet files, or folders "
+                                          "of them (another run's 4-clean folder, say one built from Reddit's dumps); "
+                                          "none and no model: no classifier", keyed=False)
+    negatives: tuple[Path, ...] = setting((), "documents of the kind to drop, as for positives; none: this run's own "
+                                          "documents, as [clean] and [quality] leave them (the raw crawl, as GPT-3's "
+                                          "negatives were)", keyed=False)
+    model: Path | None = setting(None, "a fastText model to score with instead of training one (DCLM's, say); "
+                                 "the probability of `label` is the score", keyed=False)
+    label: str = setting("__label__hq", "with model: the label whose probability is the score")
+    rule: Literal["pareto", "threshold"] = setting(
+        "pareto", "how a score decides: pareto (GPT-3's: keep when a Pareto(pareto_alpha) draw, seeded by the run's "
+        "seed and the document's text, is more than 1 - score; a low score keeps a few) or threshold (keep when "
+        "score >= threshold)")
+    threshold: float = setting(0.5, "with rule = threshold: the least score kept", least=0, most=1)
+    pareto_alpha: float = setting(9.0, "with rule = pareto: the shape of the distribution (GPT-3's 9; larger keeps "
+                                  "fewer low scores)", above=0)
+    max_per_class: int = setting(20_000, "most documents of each kind trained on, sampled with the seed (the smaller "
+                                 "kind's count is taken of both, so the classes are balanced)", least=2)
+    held_out: float = setting(0.1, "the share of each kind held out of training, to measure the classifier by (AUC, "
+                              "precision at the kept fraction)", above=0, most=0.5)
+    hash_bits: int = setting(20, "features: word n-grams hashed into 2**hash_bits buckets", least=8, most=24)
+    ngrams: int = setting(2, "features: word n-grams of 1 up to this many words", least=1, most=3)
+    regularization: float = setting(1.0, "the logistic regression's C (larger: less regularization)", above=0)
+    seed: int = setting(1234, "the seed of the sampling, the held-out split and the Pareto draws", least=0, most=SEED_MAX)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.positives) or self.model is not None
+
+    def params(self) -> dict:
+        """The settings a score and a verdict depend on (a given model's are its label and the verdict's)."""
+        verdict = ("rule", "threshold") if self.rule == "threshold" else ("rule", "pareto_alpha", "seed")
+        trained = ("max_per_class", "held_out", "hash_bits", "ngrams", "regularization", "seed")
+        used = {*verdict, *(("label",) if self.model is not None else trained)}
+        return {k: v for k, v in super().params().items() if k in used}
+
+
+@dataclass(frozen=True)
 class ShuffleConfig(StageConfig):
     num_shards: int = setting(0, "shards after the global shuffle (and token files before the merge); 0: as many as "
                               "make shards of about target_shard_mb", least=0)

@@ -48,6 +48,15 @@ def histogram_chart(h: dict, xlabel: str) -> str:
     return png(fig)
 
 
+def score_chart(tenths: list[int]) -> str:
+    """The documents by the classifier's score, in tenths from 0 to 1."""
+    fig, ax = figure(5.0, 2.8)
+    ax.stairs(tenths, [i / 10 for i in range(11)], fill=True, color="#8172b2")
+    ax.set_xlabel("classifier score")
+    ax.set_ylabel("documents")
+    return png(fig)
+
+
 def cluster_chart(sizes: list[int]) -> str:
     from collections import Counter
 

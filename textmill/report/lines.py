@@ -114,6 +114,18 @@ def dedup_line(clusters: dict) -> str:
             f"{clusters['confirmed_pairs']} confirmed")
 
 
+def classifier_line(info: dict) -> str:
+    """What the classifier is (trained in the run, with its held-out figures; or the model given) and how the
+    documents scored, in tenths from 0 to 1."""
+    if "model" in info:
+        made = f"fastText model {info['model']} ({info['labels']} labels), score = P({info['label']})"
+    else:
+        made = (f"trained on {info['trained_positives']:,} positives and {info['trained_negatives']:,} negatives; held "
+                f"out {info['held_out_positives']:,} + {info['held_out_negatives']:,}: AUC {info['auc']:.3f}, its rule "
+                f"keeps {info['held_out_kept_fraction']:.1%} at precision {info['precision_at_kept_fraction']:.3f}")
+    return f"  classifier: {made}; documents by score in tenths: {' '.join(map(str, info['score_histogram']))}"
+
+
 def decontaminate_line(info: dict, key_threshold: int) -> str:
     return (f"  {info['eval_ngrams']} evaluation n-grams, {info['seen_in_training']} seen in training, {info['used']} used "
             f"(all but those found in {key_threshold} or more documents); {info['documents_touched']} document(s) touched, "
@@ -231,6 +243,7 @@ def served_line(stats: dict, seconds: float) -> str:
 
 # A stage's second line in a run's funnel, from its own part of the run record (workflows/stages.py).
 STAGE_LINES = {"dedup": lambda record: dedup_line(record.dedup),
+               "classify": lambda record: classifier_line(record.classifier),
                "decontaminate": lambda record: decontaminate_line(record.decontaminate,
                                                                   record.decontaminate["key_threshold"])}
 

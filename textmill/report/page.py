@@ -91,6 +91,15 @@ def dedup_section(record: RunRecord) -> dict | None:
             "pairs": table(pairs, ["removed", "kept", "duplicate"], text=True) if pairs else None}
 
 
+def classifier_section(record: RunRecord) -> dict | None:
+    from textmill.report.charts import score_chart
+    from textmill.report.lines import classifier_line
+
+    if not record.classifier:
+        return None
+    return {"line": classifier_line(record.classifier).strip(), "chart": score_chart(record.classifier["score_histogram"])}
+
+
 def decontaminate_section(record: RunRecord) -> dict | None:
     d = record.decontaminate
     if not d:
@@ -143,7 +152,8 @@ def render_report(record: RunRecord, history: list[RunRecord]) -> str:
     return environment.get_template("report.html").render(
         title=f"textmill run {record.run}", record=record, funnel=funnel_section(record),
         examples=examples_tables(record.samples or {}), dedup=dedup_section(record),
-        decontaminated=decontaminate_section(record), corpus=corpus_section(record), train=train_section(record),
+        classifier=classifier_section(record), decontaminated=decontaminate_section(record),
+        corpus=corpus_section(record), train=train_section(record),
         evaluation=table(evaluation, ["LAMBADA-format file", "accuracy", "correct", "perplexity"]) if evaluation else None,
         times=times_chart(record.seconds_per_stage) if record.seconds_per_stage else None, ablation=None,
         history=table([[cell(row.get(c), c) for c in columns_of(rows)] for row in rows], columns_of(rows)) if rows else None)
@@ -158,7 +168,7 @@ def render_ablation_report(ablation) -> str:
     header, rows = ablation_rows(ablation)
     return environment.get_template("report.html").render(
         title=f"textmill ablation {ablation.started}", record=None, funnel=None, examples={}, dedup=None,
-        decontaminated=None, corpus=None, train=None, evaluation=None, times=None, history=None,
+        classifier=None, decontaminated=None, corpus=None, train=None, evaluation=None, times=None, history=None,
         ablation={"record": ablation, "chart": ablation_chart(ablation), "table": table(rows, header),
                   "verdicts": conclusions(ablation)})
 

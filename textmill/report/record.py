@@ -99,6 +99,7 @@ class RunRecord(Part):
     seconds_per_stage: dict[str, float] = field(default_factory=dict)
     dedup: dict | None = None  # the clusters' record
     duplicate_pairs: list | None = None
+    classifier: dict | None = None  # the classifier's record (its held-out evaluation, or the model given) and histogram
     decontaminate: dict | None = None
     corpus: CorpusTokens | None = None
     train: Training | None = None

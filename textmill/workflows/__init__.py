@@ -20,6 +20,7 @@ from textmill.workflows.corpus_tasks import (
                                              SignatureShard,
 )
 from textmill.workflows.ablation import AblationTargets
+from textmill.workflows.classify_tasks import ClassifyShard, TrainClassifier
 from textmill.workflows.model_tasks import EndToEnd, EvaluateHeldOut, EvaluateLambada, ExportHF, TrainGPT
 from textmill.workflows.runner import configure_luigi
 from textmill.workflows.shuffle_tasks import (
@@ -36,9 +37,10 @@ from textmill.workflows.token_tasks import Corpus, GivenTokenizer, ImportHF, Mer
 
 configure_luigi()
 
-__all__ = ["AblationTargets", "BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "CleanShard", "Corpus",
+__all__ = ["AblationTargets", "BlacklistCheck", "BlacklistDuplicates", "BlacklistShard", "ClassifyShard", "CleanShard",
+           "Corpus",
            "Decontaminate", "DecontaminateCount", "DecontaminateSelect", "DecontaminateShard", "DedupBand",
            "DedupBandKeys", "DedupClusters", "DedupShard", "EndToEnd", "EvaluateHeldOut", "EvaluateLambada",
            "ExportHF", "ExtractShard", "GivenTokenizer", "ImportHF", "MergeDataset", "QualityShard", "ScrapeShard",
            "Shuffle", "ShuffleGather", "ShufflePlan", "ShuffleScatter", "SignatureShard", "TokenizeShard",
-           "TrainGPT", "TrainTokenizer"]
+           "TrainClassifier", "TrainGPT", "TrainTokenizer"]

@@ -18,17 +18,18 @@ import luigi
 from textmill.io.files import file_fingerprint
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
+from textmill.workflows.classify_tasks import ClassifyShard, filtered
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
 from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
 from textmill.workflows.memos import PLANNED_COUNTS, run_config
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
 
 
-def cleaned(config: str, shard: int) -> CleanShard | QualityShard | GivenFile:
-    """The cleaned shard the shuffle reads: cleanup's, or the quality filters' when [quality] has a preset
-    (given to `textmill shuffle`)."""
-    filtered = run_config(config).quality.preset != "none"
-    return given_or("shuffle", (QualityShard if filtered else CleanShard)(config, shard))
+def cleaned(config: str, shard: int) -> CleanShard | QualityShard | ClassifyShard | GivenFile:
+    """The cleaned shard the shuffle reads: the classifier's when [classify] has one, else cleanup's or the quality
+    filters' (classify_tasks.filtered); the file given to `textmill shuffle`."""
+    chosen = ClassifyShard(config, shard) if run_config(config).classify.enabled else filtered(config, shard)
+    return given_or("shuffle", chosen)
 
 
 def shuffle_settings(settings: RunConfig) -> tuple:

@@ -26,6 +26,7 @@ from textmill.io.store import fetch
 from textmill.pipeline.shards import manifest_path, record_path
 from textmill.run_file import RunConfig
 from textmill.workflows import corpus_tasks as c
+from textmill.workflows.classify_tasks import ClassifyShard, TrainClassifier
 from textmill.workflows import shuffle_tasks as s
 from textmill.workflows.framework import RunTask, ShardTask, num_shards
 from textmill.workflows.memos import run_config
@@ -83,6 +84,12 @@ def dedup_part(config: str, examined: list[Path], manifests: list[dict]) -> dict
             "duplicate_pairs": duplicate_pairs(found.get("duplicates", {}), set(found.get("exact", [])), examined)}
 
 
+def classify_part(config: str, examined: list[Path], manifests: list[dict]) -> dict:
+    """The classifier: its held-out evaluation (trained in the run) or the model given, and the scores' histogram."""
+    histogram = [sum(counts) for counts in zip(*(m.get("score_histogram", [0] * 10) for m in manifests), strict=True)]
+    return {"classifier": {**read(TrainClassifier(config).output().done), "score_histogram": histogram}}
+
+
 def shuffle_steps(config: str) -> list:
     return [*per_unit(s.ShuffleScatter)(config), s.ShufflePlan(config), *s.Shuffle(config).requires_later()]
 
@@ -128,6 +135,8 @@ STAGES = (
     Stage("dedup", per_unit(c.DedupShard), dedup_steps, part=dedup_part, summary=c.DedupClusters),
     Stage("clean", per_unit(c.CleanShard)),
     Stage("quality", per_unit(c.QualityShard), in_run=lambda settings: settings.quality.preset != "none"),
+    Stage("classify", per_unit(ClassifyShard), lambda config: [TrainClassifier(config)],
+          in_run=lambda settings: settings.classify.enabled, part=classify_part, summary=TrainClassifier),
     Stage("shuffle", lambda config: [s.Shuffle(config)], shuffle_steps, summary=s.Shuffle),
     Stage("decontaminate", lambda config: [s.Decontaminate(config)], decontaminate_steps,
           in_run=lambda settings: bool(settings.decontaminate.eval_files), part=decontaminate_part,
