@@ -345,7 +345,9 @@ class ClassifyConfig(StageConfig):
                               "precision at the kept fraction)", above=0, most=0.5)
     hash_bits: int = setting(20, "features: word n-grams hashed into 2**hash_bits buckets", least=8, most=24)
     ngrams: int = setting(2, "features: word n-grams of 1 up to this many words", least=1, most=3)
-    regularization: float = setting(1.0, "the logistic regression's C (larger: less regularization)", above=0)
+    regularization: float = setting(10.0, "the logistic regression's C (larger: less regularization; sharper scores, "
+                                    "so GPT-3's rule keeps more of what scores high; GPT-3's was not regularized)",
+                                    above=0)
     seed: int = setting(1234, "the seed of the sampling, the held-out split and the Pareto draws", least=0, most=SEED_MAX)
 
     @property
