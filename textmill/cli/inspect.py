@@ -20,7 +20,10 @@ def cmd_inspect(args) -> str:
     check_tokenizer_choice("HuggingFaceTokenizer" if args.tokenizer_model else "GPT2BPETokenizer", args.tokenizer_model,
                            args.vocab_file)
     tokenizer = open_tokenizer(args.vocab_file, args.merge_file, args.tokenizer_model)
-    selection = Selection(1 if args.id or args.url else args.head, args.reason, args.id, args.url)
+    if args.ascending and not args.sort:
+        raise TextmillError("--ascending orders what --sort names: give --sort FIELD")
+    selection = Selection(1 if args.id or args.url else args.head, args.reason, args.id, args.url, args.sort,
+                          args.ascending)
     return "\n".join(inspect(args.path, selection, tokenizer))
 
 
@@ -37,6 +40,10 @@ def add_parsers(sub) -> None:
                    "reason, e.g. status=404)")
     p.add_argument("--id", help="only the record with this id (for token files: the document number)")
     p.add_argument("--url", help="only the record with this URL")
+    p.add_argument("--sort", metavar="FIELD", help="show the records with the highest values of this numeric column "
+                   "or metadata key first (e.g. classifier_score, which [classify] keeps with each document); records "
+                   "without it are not shown")
+    p.add_argument("--ascending", action="store_true", help="with --sort: the lowest values first")
     add_tokenizer_files(p, "decode token files' documents back to text with this tokenizer")
     p.add_argument("--tokenizer-model", type=Path, help="decode with this Hugging Face tokenizer folder instead (the "
                    "one `tokenize --tokenizer-model` encoded with, e.g. CKPT/tokenizer)")

@@ -5,6 +5,7 @@ URL; a reject that names another document (`near_duplicate_of=<id>`) is shown wi
 
 from __future__ import annotations
 
+import heapq
 import json
 from pathlib import Path
 from typing import Iterator
@@ -24,10 +25,25 @@ NAMES_DOCUMENT = ("near_duplicate_of", "exact_duplicate_of")  # reasons whose de
 
 
 class Selection:
-    """Which records to show: the first `head` of those matching the reason, id and URL given."""
+    """Which records to show: the first `head` of those matching the reason, id and URL given; or, with `sort`
+    (a column, or a key of the records' metadata, such as classifier_score), the `head` with its highest values
+    (its lowest with `ascending`)."""
 
-    def __init__(self, head: int, reason: str | None = None, record_id: str | None = None, url: str | None = None):
+    def __init__(self, head: int, reason: str | None = None, record_id: str | None = None, url: str | None = None,
+                 sort: str | None = None, ascending: bool = False):
         self.head, self.reason, self.record_id, self.url = head, reason, record_id, url
+        self.sort, self.ascending = sort, ascending
+
+    def sort_value(self, row: dict) -> float | None:
+        """The row's value of the sort field, a number, or None when it has none."""
+        value = row.get(self.sort)
+        if value is None and row.get("metadata"):
+            try:
+                metadata = json.loads(row["metadata"])
+            except ValueError:
+                metadata = None
+            value = metadata.get(self.sort) if isinstance(metadata, dict) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def wants(self, row: dict) -> bool:
         if self.reason and self.reason not in (row.get("reason"), reason_key(row.get("reason") or "")):
@@ -66,19 +82,29 @@ def loose_json_rows(path: Path) -> Iterator[dict]:
 
 def record_lines(path: Path, what: str, rows: Iterator[dict], total: int | None, selection: Selection) -> list[str]:
     """The file's kind, its reasons counted (for rejects), and the selected records."""
-    shown, reasons, count = [], {}, 0
+    shown, reasons, count, ranked = [], {}, 0, []  # ranked: a heap of the `head` best (value, order, row) so far
     for row in rows:
         count += 1
         if row.get("reason"):
             key = reason_key(row["reason"])
             reasons[key] = reasons.get(key, 0) + 1
-        if len(shown) < selection.head and selection.wants(row):
-            shown.append(row)
+        if selection.sort is None:
+            if len(shown) < selection.head and selection.wants(row):
+                shown.append(row)
+        elif selection.wants(row) and (value := selection.sort_value(row)) is not None:
+            entry = (-value if selection.ascending else value, -count, row)
+            if len(ranked) < selection.head:
+                heapq.heappush(ranked, entry)
+            elif entry[:2] > ranked[0][:2]:
+                heapq.heapreplace(ranked, entry)
+    if selection.sort is not None:
+        shown = [row for *_, row in sorted(ranked, key=lambda e: e[:2], reverse=True)]
     lines = [f"{path}: {what}" if total is not None else f"{path}: {what}, {count:,} records"]
     if reasons:
         lines.append("rejected by reason: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
     urls = keeper_urls(path, shown)
-    lines.append(f"{len(shown)} record(s) shown" + (" (none matches)" if not shown else ""))
+    order = "" if selection.sort is None else f", {'lowest' if selection.ascending else 'highest'} {selection.sort} first"
+    lines.append(f"{len(shown)} record(s) shown{order}" + (" (none matches)" if not shown else ""))
     for row in shown:
         lines += ["", *row_lines(row, urls)]
     return lines
