@@ -33,7 +33,7 @@ def cloze_passages(seed: int, count: int) -> list[str]:
     return [synthweb.paragraph(rng, 4).rstrip(".!?") for _ in range(count)]
 
 
-# The ablation's web is the novel's paragraphs but its last ones, which are the held-out English: 100 passages of two
+# The ablation's web is the novel's paragraphs but its last 200, which are the held-out English: 100 passages of two
 # paragraphs each, in LAMBADA's shape (the closing punctuation and quotation marks taken off the last word).
 NOVEL_HELD_OUT_PASSAGES = 100
 
@@ -44,6 +44,12 @@ def novel_split() -> tuple[list[str], list[str]]:
     held_out = novel[-2 * NOVEL_HELD_OUT_PASSAGES:]
     passages = [" ".join(held_out[i: i + 2]).rstrip(".!?,;:’”\"' ") for i in range(0, len(held_out), 2)]
     return novel[: -len(held_out)], passages
+
+
+def classifier_positives() -> list[str]:
+    """The classifier variant's documents of the kind to keep: Emma's opening, five paragraphs a document (60)."""
+    paragraphs = synthweb.novel_paragraphs(synthweb.OTHER_NOVEL)
+    return ["\n\n".join(paragraphs[i: i + 5]) for i in range(0, len(paragraphs), 5)]
 
 
 DEMO_CONFIG = """\
@@ -90,8 +96,8 @@ strict = true
 hf = true
 """
 
-# `textmill demo --ablate`: what the chain's cleanup is worth, and Gopher's quality rules on top of it, each
-# variant's model trained twice.
+# `textmill demo --ablate`: what the chain's cleanup is worth, Gopher's quality rules on top of it, and a classifier
+# trained in the run in its place, each variant's model trained twice.
 DEMO_ABLATION = """
 [ablation]
 seeds = [1, 2]
@@ -105,6 +111,14 @@ clean = {{ language = "any", min_tokens = 0 }}
 
 [ablation.variants.gopher]       # the chain, and Gopher's quality and repetition rules
 quality = {{ preset = "gopher" }}
+
+# No cleanup rules: a classifier trained in the run instead, another novel's opening against the raw corpus. Most of
+# that corpus is good pages, trained on as negatives, so they score low (0.14 and up on this web, the junk under
+# 0.10, as `textmill inspect --sort classifier_score` shows): the threshold is set from those scores, where GPT-3's
+# Pareto rule, made for a classifier sure of what it keeps, would keep few of them.
+[ablation.variants.classifier]
+clean = {{ language = "any", min_tokens = 0 }}
+classify = {{ positives = ["positives.jsonl"], rule = "threshold", threshold = 0.15 }}
 """
 # The ablation's web carries more junk than the plain demo's: of every 10 articles, 5 pages in another language,
 # 1 near-duplicate, 1 of mojibake and 1 too short to train on (the demo's own shares, not a measured crawl's).
@@ -121,6 +135,7 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     workdir.mkdir(parents=True, exist_ok=True)
     if ablate:
         web_paragraphs, eval_texts = novel_split()
+        (workdir / "positives.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in classifier_positives()))
         if pages > len(web_paragraphs):
             raise TextmillError(f"--pages {pages}: the ablation's web has {len(web_paragraphs)} paragraphs of the "
                                 "novel to make articles of; ask for at most that many")
@@ -233,8 +248,9 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--port", type=int, default=18737, help="port of the generated web on 127.0.0.1 (URLs include it, "
                    "so the same port gives the same corpus; 0: any free port)")
     p.add_argument("--ablate", action="store_true",
-                   help="instead of one run, an ablation of three variants of it (no cleanup; the chain as it is; "
-                   "with Gopher's quality rules), each trained with two seeds on a web whose articles are a real "
+                   help="instead of one run, an ablation of four variants of it (no cleanup; the chain as it is; "
+                   "with Gopher's quality rules; no cleanup rules but a classifier trained in the run), each trained "
+                   "with two seeds on a web whose articles are a real "
                    "novel's paragraphs (Pride and Prejudice) and whose junk is more, compared in bits per byte of "
                    "held-out English: the novel's last passages and LAMBADA's (textmill ablate; docs/ablations.md)")
     p.set_defaults(func=cmd_demo)

@@ -17,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
-NOVEL = Path(__file__).parent / "data" / "pride-and-prejudice.txt.gz"
+DATA = Path(__file__).parent / "data"
+NOVEL = DATA / "pride-and-prejudice.txt.gz"
+OTHER_NOVEL = DATA / "emma-opening.txt.gz"
 
 _DET = "the a this that every some one another each no".split()
 _ADJ = (
@@ -73,10 +75,11 @@ def sentence(rng: random.Random) -> str:
     return clause[0].upper() + clause[1:] + rng.choice(".....!?")
 
 
-def novel_paragraphs() -> list[str]:
+def novel_paragraphs(path: Path = NOVEL) -> list[str]:
     """Jane Austen's Pride and Prejudice (1813, public domain; data/SOURCES.md), a paragraph a line, in order:
-    real English for a web whose model is measured on real text, which the small grammar above is not."""
-    with gzip.open(NOVEL, "rt", encoding="utf-8") as f:
+    real English for a web whose model is measured on real text, which the small grammar above is not. With
+    OTHER_NOVEL: the first 300 paragraphs of her Emma (1815), text of the same kind that the web does not hold."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         return f.read().splitlines()
 
 

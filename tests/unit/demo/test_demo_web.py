@@ -26,7 +26,7 @@ def test_the_demo_web_moves_to_a_free_port_when_its_own_is_taken(capsys):
 def test_the_ablations_web_serves_the_novel_in_order_and_holds_its_last_passages_out():
     import hashlib
 
-    from textmill.demo.run import NOVEL_HELD_OUT_PASSAGES, novel_split
+    from textmill.demo.run import NOVEL_HELD_OUT_PASSAGES, classifier_positives, novel_split
 
     novel = synthweb.novel_paragraphs()
     # The shipped text (data/SOURCES.md says how it was made from Project Gutenberg's file).
@@ -36,6 +36,10 @@ def test_the_ablations_web_serves_the_novel_in_order_and_holds_its_last_passages
     served, held_out = novel_split()
     assert len(held_out) == NOVEL_HELD_OUT_PASSAGES and served == novel[: -2 * NOVEL_HELD_OUT_PASSAGES]
     assert held_out[-1].endswith("the means of uniting them") and held_out[0].startswith(novel[len(served)][:40])
+    positives = classifier_positives()
+    assert len(positives) == 60 and positives[0].startswith("Emma Woodhouse, handsome, clever, and rich")
+    assert hashlib.sha256(("\n".join(synthweb.novel_paragraphs(synthweb.OTHER_NOVEL)) + "\n").encode()).hexdigest() == (
+        "c3353c5710f6fa5fa808c38ba781bcbab3cda2f7c1447711a442d31adde3a93c")
 
     web = synthweb.build_web(seed=1, articles=300, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False,
                              real_paragraphs=served)
