@@ -232,7 +232,11 @@ class Hosts:
         finally:
             self.freed.set()
         if got.reason is not None or got.body is None:
-            return None
+            # RFC 9309 2.3.1: a robots.txt the site says it lacks (4xx) allows everything; one it fails to give (5xx,
+            # no connection, no answer in time) disallows everything, until a later shard asks again.
+            unreachable = got.reason in ("timeout", "connection_error", "broken_response") or (
+                got.reason or "").startswith("status=5")
+            return RobotRules("User-agent: *\nDisallow: /\n", self.cfg.user_agent) if unreachable else None
         # Compiled in a thread, once per host: a robots.txt of many rules does not hold up the other fetches.
         text = got.body.decode("utf-8", "replace")
         return await asyncio.get_running_loop().run_in_executor(None, RobotRules, text, self.cfg.user_agent)

@@ -65,7 +65,8 @@ REASONS: dict[str, dict[str, str]] = {
         "blocked_address": "the host resolves to a private or loopback address (--allow-networks lets one through)",
         "bad_url": "the URL cannot be fetched as written",
         "bad_scheme": "a redirect to a scheme other than http or https",
-        "robots_disallowed": "with --robots-txt, the host's robots.txt disallows the page",
+        "robots_disallowed": "with --robots-txt, the host's robots.txt disallows the page (RFC 9309), or the host "
+                             "failed to give its robots.txt (5xx, no connection), which disallows every page",
         "not_in_archive": "with --archive-index and --no-archive-fallback, the archive has no capture of the URL",
         "archive_error=<what>": "the archive's capture of the URL could not be read (its file missing or outside "
                                 "--archive-prefix, cut short, not gzip, no response record there, the WARC host "

@@ -154,8 +154,10 @@ class ScrapeConfig(StageConfig):
                                   "timeout_s", least=0, keyed=False)
     per_host_concurrency: int = setting(4, "URLs of one host fetched at once, so a list dominated by one site does not "
                                         "hammer it (does not change the output)", least=1, keyed=False)
-    robots_txt: bool = setting(False, "skip pages the host's robots.txt disallows for user_agent (rejected as "
-                               "robots_disallowed; a robots.txt that cannot be fetched allows everything)")
+    robots_txt: bool = setting(False, "skip pages the host's robots.txt disallows for user_agent, read by RFC 9309: the "
+                               "longest matching rule decides, * and $ are wildcards (rejected as robots_disallowed; a "
+                               "robots.txt the site lacks, 4xx, allows everything, one it fails to give, 5xx or no "
+                               "connection, disallows everything)")
     user_agent: str = setting(USER_AGENT, "the User-Agent header sent")
 
     def __post_init__(self) -> None:

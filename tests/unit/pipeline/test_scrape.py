@@ -454,3 +454,29 @@ def test_a_journal_line_torn_by_a_crash_is_fetched_again_not_lost(tmp_path, serv
                                                                                "/article/3.html"]
     assert manifest["resumed"] == 1 and manifest["counts"]["input"] == 4
     assert without_times(out) == without_times(first)
+
+
+@pytest.mark.parametrize("robots_status, kept", [(404, True), (503, False)])
+def test_a_robots_txt_the_site_lacks_allows_everything_one_it_fails_to_give_disallows_everything(tmp_path, robots_status,
+                                                                                                 kept):
+    """RFC 9309 2.3.1: 4xx for /robots.txt, crawl as if there were none; 5xx (or no connection), crawl nothing."""
+    page = b"<html><body><article><p>" + b"A paragraph of plain text. " * 40 + b"</p></article></body></html>"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = (robots_status, b"no") if self.path == "/robots.txt" else (200, page)
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain" if self.path == "/robots.txt" else "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    cfg = ScrapeConfig(timeout_s=5.0, allow_private_addresses=True, extract_workers=0, retries=0, robots_txt=True)
+    with serving(Handler, "127.0.0.1") as base:
+        manifest = scrape_shard(url_shard_of(tmp_path / "urls.parquet", [base + "/a", base + "/b"]),
+                                tmp_path / "sc" / "urls.parquet", cfg)
+    assert manifest["counts"]["kept"] == (2 if kept else 0)
+    assert manifest["reasons"] == ({} if kept else {"robots_disallowed": 2})
