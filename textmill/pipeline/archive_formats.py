@@ -24,18 +24,18 @@ def what_it_is(path: Path) -> str | None:
         return f"{path} is LZ4-compressed: textmill reads .warc.gz and .warc; lz4 -d it, then gzip it a record a member"
     if head.startswith(b"\x28\xb5\x2f\xfd"):
         return f"{path} is zstd-compressed: textmill reads .warc.gz and .warc; zstd -d it (a plain .warc is read)"
-    if head.lstrip().startswith(b"filedesc://"):
-        return (f"{path} is an ARC file (the format before WARC), which textmill does not read: convert it to WARC "
-                "(warcio reads ARC and writes WARC)")
-    if head.startswith(b"\x1f\x8b") and _one_member_holds_many_records(head):
+    inflated = _first_member(head) if head.startswith(b"\x1f\x8b") else b""
+    if head.lstrip().startswith(b"filedesc://") or inflated.lstrip().startswith(b"filedesc://"):
+        return (f"{path} is an ARC file (the format before WARC{', gzipped' if inflated else ''}), which textmill does "
+                "not read: convert it to WARC (warcio reads ARC and writes WARC: warcio recompress FILE FIXED.warc.gz)")
+    if inflated.startswith(b"WARC/") and inflated.count(b"\nWARC/1.") >= 1:  # one member holds two records' starts
         return f"{path} is gzipped whole, as one member, so no record of it can be read alone: {RECOMPRESS}"
     return None
 
 
-def _one_member_holds_many_records(head: bytes) -> bool:
-    """Whether the first gzip member of a file starting with `head` holds the start of a second WARC record."""
+def _first_member(head: bytes) -> bytes:
+    """What the first gzip member of a file starting with `head` inflates to, as far as `head` and a bound go."""
     try:
-        inflated = zlib.decompressobj(31).decompress(head, 4 * _HEAD)
+        return zlib.decompressobj(31).decompress(head, 4 * _HEAD)
     except zlib.error:
-        return False
-    return inflated.startswith(b"WARC/") and inflated.count(b"\nWARC/1.") >= 1
+        return b""
