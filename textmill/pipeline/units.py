@@ -248,14 +248,18 @@ def cut_warc(path: Path, responses_per_unit: int, stem: str) -> tuple[WarcUnit, 
     """One pass over a WARC file (FastWARC), every record's block read to its end: a unit starts at every
     `responses_per_unit`-th response record (the first at the file's start). Its bytes are hashed in a second,
     raw pass. A record cut short (a truncated or damaged file, which WARC readers end on without a word) is an
-    error."""
+    error. Read in FastWARC's quirks mode, as warcio reads: bytes between a record's declared end and the next
+    record (a Content-Length short of its block) are stepped over, not the end of the file."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     from textmill.pipeline.archive_formats import what_it_is
 
+    said = what_it_is(path)  # first: FastWARC's quirks mode reads an ARC file as no records, without a word
+    if said:
+        raise TextmillError(said)
     starts, records, responses = [(0, 1)], 0, 0  # (byte offset, number of its first record)
     try:
-        for record in ArchiveIterator(str(path), parse_http=False, fsspec_args=False):
+        for record in ArchiveIterator(str(path), parse_http=False, fsspec_args=False, quirks_mode=True):
             records, last = records + 1, record.stream_pos
             if record.record_type == WarcRecordType.response:
                 if responses and responses % responses_per_unit == 0:

@@ -52,7 +52,7 @@ class _Records:
         try:
             with open(self.unit.path, "rb") as f:
                 f.seek(self.unit.offset)
-                for record in ArchiveIterator(f, parse_http=False, fsspec_args=False):
+                for record in ArchiveIterator(f, parse_http=False, fsspec_args=False, quirks_mode=True):
                     if record.stream_pos >= end:
                         break
                     self.read += 1

@@ -21,6 +21,7 @@ SHA256 = {
     "example-digest.warc": "bfaf8596b743a8fc018abe7fd47f8e63598dd126f77cebe7142dd896c09f96cd",
     "example-iana.org-chunked.warc": "539c746feb63bd12da81375485e906115b874899d68e4f190f5d70d1785c3933",
     "example-resource.warc.gz": "9d3f830f757a3733d56de5b76b5a3ccabb5de4cfdfed2559205b9c719ee6cbdb",
+    "example-trunc.warc": "2f14d2a2ff6ce39a2f76ecd806a838793c33a8a3bd8d1f02868de65b1e1ef908",
     "example-wget-bad-target-uri.warc.gz": "46c5ac2c893a5e2036b45821ca373fcb3c57bb4de69ea47bb5a18878248a1fa0",
     "example-wrong-chunks.warc.gz": "1f563e1b9ac122efff45b3002928ff873bd84db64dd70b1b00c81dd1a1875160",
     "example.arc": "433c37ee6dd684849ecde16d566f65545c93fd8d0b3297c1735eb76f0a0cf496",
@@ -54,10 +55,11 @@ def textmill_read(path, tmp_path) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 @pytest.mark.parametrize("name", ["example.warc.gz", "example.warc", "example-iana.org-chunked.warc",
-                                  "example-wget-bad-target-uri.warc.gz"])
+                                  "example-wget-bad-target-uri.warc.gz", "example-trunc.warc"])
 def test_every_page_warcio_reads_is_a_document(name, tmp_path):
     """The iana.org capture stores its body de-chunked under a chunked header (read raw, as warcio reads it); wget's
-    bracketed Target-URI is the URL inside."""
+    bracketed Target-URI is the URL inside; a response whose Content-Length is short of its block is read to its
+    declared length, and the records after it are read too (the bytes between stepped over, as warcio steps)."""
     pages = warcio_pages(FILES / name)
     kept, rejected, _ = textmill_read(FILES / name, tmp_path)
     assert pages and [r["url"] for r in kept] == pages and not rejected
@@ -95,3 +97,8 @@ def test_a_file_textmill_does_not_read_says_what_it_is_and_the_fix(name, said):
     with pytest.raises(TextmillError, match=re.escape(said)) as raised:
         warc_units(FILES / name, 10)
     assert "warcio recompress" in str(raised.value)
+
+
+def test_the_record_after_a_short_content_length_is_read(tmp_path):
+    _, _, [manifest] = textmill_read(FILES / "example-trunc.warc", tmp_path)
+    assert manifest["other_records"] == {"request": 1, "warcinfo": 2} and manifest["counts"]["kept"] == 1
