@@ -247,6 +247,23 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
     assert {p: p.stat().st_mtime_ns for p in signatures} == signatures  # old signatures reused as they were
     for stage in set(STAGES) - set(PER_URL_FILE):
         assert second[stage] - first[stage], stage
+    # Cleanup is taken, not redone, for each old unit whose documents dedup left as they were: its input's bytes decide.
+    work = tmp_path / "grow" / "work"
+    [old_dedup], [new_dedup] = first["3-dedup"], second["3-dedup"] - first["3-dedup"]
+    [old_clean], [new_clean] = first["4-clean"], second["4-clean"] - first["4-clean"]
+    reused = 0
+    for old_shard in sorted((work / "3-dedup" / old_dedup).glob("*.parquet")):
+        unchanged = old_shard.read_bytes() == (work / "3-dedup" / new_dedup / old_shard.name).read_bytes()
+        manifest = json.loads((work / "4-clean" / new_clean / ".manifests" / f"{old_shard.stem}.json").read_text())
+        assert manifest.get("reused_from") == (old_clean if unchanged else None), old_shard.name
+        if unchanged:
+            reused += 1
+            assert ((work / "4-clean" / new_clean / old_shard.name).read_bytes()
+                    == (work / "4-clean" / old_clean / old_shard.name).read_bytes())
+    assert reused >= 1
+    [record] = [json.loads(p.read_text()) for p in sorted((work / "runs").glob("*/run.json"))[-1:]]
+    [clean] = [s for s in record["funnel"] if s["stage"] == "clean"]
+    assert clean["reused"] == reused
 
     # The same corpus as the run that had all three files from the start.
     assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")

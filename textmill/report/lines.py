@@ -20,7 +20,8 @@ def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: floa
                        rejected=c.get("rejected", 0), rows_out=c.get("output_rows", c.get("kept", 0)),
                        reasons=total["reasons"], output=shown(Path(output)), seconds=seconds, bytes=written,
                        records_per_s=round(c.get("input", 0) / seconds) if seconds > 0 else None,
-                       mb_per_s=round(written / 2**20 / seconds, 3) if seconds > 0 else None)
+                       mb_per_s=round(written / 2**20 / seconds, 3) if seconds > 0 else None,
+                       reused=sum(1 for m in manifests if m.get("reused_from")))
 
 
 def kept_bytes(shard: Path) -> int:
@@ -44,6 +45,7 @@ def reasons_text(reasons: dict[str, int]) -> str:
 def stage_line(s: StageCounts) -> str:
     reasons = reasons_text(s.reasons)
     extra = f", {s.rows_out} rows out" if s.rows_out != s.kept else ""
+    extra += f"; {s.reused} of the shards taken from an earlier run (the same input bytes)" if s.reused else ""
     return (f"{s.stage}: {s.shards} shard(s), {s.input} in, {s.kept} kept, {s.rejected} rejected "
             f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s]")
 

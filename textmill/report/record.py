@@ -46,6 +46,7 @@ class StageCounts(Part):
     bytes: int | None = None
     records_per_s: int | None = None
     mb_per_s: float | None = None
+    reused: int = 0  # shards taken from an earlier task's output made from the same input bytes (workflows/reuse.py)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,9 @@ class MapShard(ShardTask):
     table: str  # the run file's table of its settings
     sidecars: tuple[str, ...] = ()  # the input's sidecar files the function reads too
     reads_documents = True  # the function takes max_document_bytes ([input]) for the given files it reads
+    # Its output depends on its input shard's bytes and its own settings alone: an earlier task's output made from
+    # the same is taken instead of making it again (reuse.py), in a run.
+    reusable = False
 
     @staticmethod
     def stage_function() -> Callable:
@@ -159,9 +162,16 @@ class MapShard(ShardTask):
         return ()
 
     def make(self):
+        from textmill.workflows import reuse
+
         limit = {"max_document_bytes": self.settings.input.max_document_bytes} if self.reads_documents else {}
-        self.stage_function()(self.input()["shard"].local(*self.sidecars), self.output().shard,
-                              getattr(self.settings, self.table), *self.arguments(), **limit)
+        given = self.input()["shard"].local(*self.sidecars)
+        reusing = self.reusable and self.settings.command is None
+        if reusing and reuse.take_earlier(self, given):
+            return
+        self.stage_function()(given, self.output().shard, getattr(self.settings, self.table), *self.arguments(), **limit)
+        if reusing:
+            reuse.remember(self, given)
 
 
 class ScrapeShard(MapShard):
@@ -347,7 +357,7 @@ class DedupShard(MapShard):
 
 class CleanShard(MapShard):
     stage, command, table = "4-clean", "clean", "clean"
-    reads = DedupShard
+    reads, reusable = DedupShard, True
 
     @staticmethod
     def stage_function():
@@ -371,7 +381,7 @@ class QualityShard(MapShard):
     """The quality filters of [quality] preset over one cleaned shard (only when the preset is not none)."""
 
     stage, command, table = "4-quality", "quality", "quality"
-    reads = CleanShard
+    reads, reusable = CleanShard, True
 
     @staticmethod
     def stage_function():
