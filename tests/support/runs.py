@@ -96,9 +96,7 @@ def stage_files(work: Path) -> dict[Path, int]:
 
 
 def folders(work: Path) -> dict[str, set[str]]:
-    """Each stage's key folders (not its hidden ones: cleanup's .reuse index)."""
-    return {s: {p.name for p in (work / s).iterdir() if p.is_dir() and not p.name.startswith(".")}
-            if (work / s).exists() else set() for s in STAGES}
+    return {s: {p.name for p in (work / s).iterdir() if p.is_dir()} if (work / s).exists() else set() for s in STAGES}
 
 
 def dataset_bytes(config: Path) -> bytes:

@@ -4,7 +4,7 @@ Every per-unit task after dedup lies in a folder keyed by dedup's clusters, and 
 unit is added: a run grown by one archive would clean every old unit again, though dedup left their documents as
 they were. So a reusable task (cleanup, the quality rules) records, once its shard is written, a reuse key (what
 its output is made of: the stage, the shard's name, its input shard's sha256, its own settings, textmill's version)
-and the folder that holds it, in WORK/STAGE/.reuse/. A later task of the same reuse key copies that output (hard
+and the folder that holds it, in WORK/.textmill/reuse/STAGE/. A later task of the same reuse key copies that output (hard
 links where the disk allows) into its own folder instead of running its stage. The input's bytes decide: an input
 that changed by one byte has another key, and the earlier manifest's input checksum is checked again before the
 copy. The copy's manifest names the folder it came from (`reused_from`).
@@ -28,7 +28,8 @@ def reuse_key(task, given: Path) -> str:
 
 
 def index_path(task, key: str) -> Path:
-    return task.folder().parent / ".reuse" / f"{key}.json"
+    """Beside the tasks' time and failure records, out of the stage's folder (whose subfolders are its outputs)."""
+    return task.work / ".textmill" / "reuse" / task.stage / f"{key}.json"
 
 
 def take_earlier(task, given: Path) -> bool:

@@ -32,6 +32,10 @@ class CleanTask:
     def folder(self) -> Path:
         return self._folder
 
+    @property
+    def work(self) -> Path:
+        return self._folder.parent.parent
+
     def output(self) -> Output:
         return Output(self._folder / "RS_0-00000.parquet")
 
