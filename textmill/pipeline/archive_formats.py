@@ -4,7 +4,9 @@ one true line with the fix, instead of "truncated or damaged" (issue 65).
 - a whole file gzipped as one member (`gzip file.warc`): `gzip -t` passes it, but no record can be read alone, and
   the one member's end does not fall where a record's does;
 - an LZ4- or zstd-compressed WARC (`.warc.lz4`, `.warc.zst`: textmill reads gzip and plain WARC);
-- an ARC file (the Internet Archive's format before WARC, `filedesc://` first).
+- an ARC file (the Internet Archive's format before WARC, `filedesc://` first);
+- a WARC file whose header lines end in CR CR LF (its line ends converted twice), which warcio reads and FastWARC
+  does not.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def what_it_is(path: Path) -> str | None:
                 "not read: convert it to WARC (warcio reads ARC and writes WARC: warcio recompress FILE FIXED.warc.gz)")
     if inflated.startswith(b"WARC/") and inflated.count(b"\nWARC/1.") >= 1:  # one member holds two records' starts
         return f"{path} is gzipped whole, as one member, so no record of it can be read alone: {RECOMPRESS}"
+    first_line = (inflated or head).split(b"\n", 1)[0]
+    if first_line.startswith(b"WARC/") and first_line.endswith(b"\r\r"):
+        return (f"{path} has WARC header lines ending in CR CR LF (line ends converted twice), which textmill's WARC "
+                f"reader does not read: {RECOMPRESS.replace('a member per record', 'them with CR LF, a member a record')}")
     return None
 
 

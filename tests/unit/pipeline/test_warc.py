@@ -203,6 +203,7 @@ def test_a_units_responses_are_counted_as_they_are_read(web, tmp_path, monkeypat
     ("lz4", lambda plain: b"\x04\x22\x4d\x18" + plain, "is LZ4-compressed"),
     ("zstd", lambda plain: b"\x28\xb5\x2f\xfd" + plain, "is zstd-compressed"),
     ("arc", lambda plain: b"filedesc://old.arc 0.0.0.0 20040101000000 text/plain 76\n1 0 Alexa\n\n", "is an ARC file"),
+    ("crcrlf", lambda plain: plain.replace(b"\r\n", b"\r\r\n"), "header lines ending in CR CR LF"),
 ])
 def test_a_file_that_is_not_a_warc_a_reader_can_start_anywhere_says_what_it_is(web, tmp_path, kind, write, said):
     """Issue 65: a whole-file gzip (`gzip file.warc`, which `gzip -t` passes) and an .lz4 WARC were "truncated or
