@@ -13,6 +13,7 @@ Differences from the reference, each on purpose:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,19 @@ from textmill.pipeline.stage_configs import CleanConfig
 from textmill.tokenizers.gpt2 import GPT2_PATTERN, GPT2Tokenizer
 
 _PRE_TOKENS = regex.compile(GPT2_PATTERN)
+
+# What ftfy's fixers can act on in ASCII text: an HTML entity's `&`, a carriage return, an escape or another control
+# character. Every other fixer (mojibake, C1 controls, ligatures, widths, curly quotes, surrogates, Unicode
+# normalization) acts on non-ASCII characters alone. ASCII text with none of these is what ftfy returns unchanged,
+# so it is not handed to it (tests/unit/pipeline/test_clean.py checks that on generated and real texts).
+_FTFY_MAY_CHANGE_ASCII = re.compile(r"[\x00-\x08\x0b-\x1f\x7f&]")
+
+
+def fix_text(text: str) -> str:
+    """ftfy.fix_text, skipped where it would return the text unchanged."""
+    if text.isascii() and not _FTFY_MAY_CHANGE_ASCII.search(text):
+        return text
+    return ftfy.fix_text(text)
 
 
 def approx_token_count(text: str) -> int:
@@ -63,8 +77,8 @@ def clean_document(row: dict, cfg: CleanConfig, count_tokens: Callable[[str], in
     text = row["text"] or ""
     if not text.strip():
         return row, "empty", False
-    fixed = ftfy.fix_text(text)
-    row = {**row, "text": fixed, "title": ftfy.fix_text(row["title"]) if row.get("title") else row.get("title")}
+    fixed = fix_text(text)
+    row = {**row, "text": fixed, "title": fix_text(row["title"]) if row.get("title") else row.get("title")}
     language = detect_language(fixed, cfg) if cfg.language != ANY_LANGUAGE else ANY_LANGUAGE
     if language is None:
         return row, "language_undetectable", fixed != text

@@ -2,6 +2,9 @@
 
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import pyarrow.parquet as pq
 
 from support.files import MERGES, VOCAB, write_jsonl
@@ -119,3 +122,31 @@ def test_a_kept_documents_email_and_public_ip_addresses_are_replaced_and_counted
     kept_as_is = clean_shard(tmp_path / "in" / "docs.jsonl", tmp_path / "raw" / "docs.parquet", CleanConfig(remove_pii=False))
     assert "pii_emails" not in kept_as_is
     assert pq.read_table(tmp_path / "raw" / "docs.parquet").to_pylist()[0]["text"] == rows[0]["text"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=400))
+def test_ascii_text_skipped_before_ftfy_is_what_ftfy_returns(text):
+    """The fast path (fix_text skips ftfy for ASCII text with no `&`, carriage return, escape or control character) is
+    ftfy's answer: drawn over every ASCII character, the skipped texts are those ftfy leaves as they are, and the
+    others get ftfy's own answer."""
+    import ftfy
+
+    from textmill.pipeline.clean import fix_text
+
+    assert fix_text(text) == ftfy.fix_text(text)
+
+
+def test_the_fast_path_on_generated_and_real_texts_gives_ftfys_text():
+    import gzip
+    import json
+
+    import ftfy
+
+    from support.files import TEST_DATA
+    from textmill.pipeline.clean import fix_text
+
+    with gzip.open(TEST_DATA / "web-texts.jsonl.gz", "rt", encoding="utf-8") as f:
+        real = [json.loads(line)["text"] for line in f]
+    generated = [d["text"] for d in synthweb.corpus_documents(1, 1000)]
+    assert all(fix_text(t) == ftfy.fix_text(t) for t in real + generated)
