@@ -47,3 +47,21 @@ def test_the_time_chart_draws_stages_that_took_no_measurable_time_without_a_warn
         warnings.simplefilter("error")
         for seconds in ({"blacklist": 0.0}, {"blacklist": 0.0, "scrape": 3.5}, {"train": 7200.0, "blacklist": 0.01}):
             assert times_chart(seconds).startswith("data:image/png;base64,")
+
+
+def test_a_run_with_a_classifier_shows_its_held_out_figures_and_its_scores():
+    import dataclasses
+
+    from textmill.report.lines import classifier_line
+
+    trained = {"trained_positives": 90, "trained_negatives": 90, "held_out_positives": 10, "held_out_negatives": 10,
+               "auc": 0.97, "held_out_kept_fraction": 0.45, "precision_at_kept_fraction": 0.9,
+               "score_histogram": [5, 1, 0, 0, 0, 0, 0, 1, 2, 30]}
+    assert classifier_line(trained) == (
+        "  classifier: trained on 90 positives and 90 negatives; held out 10 + 10: AUC 0.970, its rule keeps 45.0% at "
+        "precision 0.900; documents by score in tenths: 5 1 0 0 0 0 0 1 2 30")
+    page = render_report(dataclasses.replace(finished_record(), classifier=trained), [])
+    assert "<h2>Quality classifier</h2>" in page and "AUC 0.970" in page
+    assert page.count("data:image/png;base64,") == 6  # the scores' chart beside the five others
+    given = {"model": "dclm.bin", "labels": 2, "label": "__label__hq", "score_histogram": [0] * 9 + [3]}
+    assert classifier_line(given).startswith("  classifier: fastText model dclm.bin (2 labels), score = P(__label__hq)")
