@@ -135,10 +135,10 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
     workdir.mkdir(parents=True, exist_ok=True)
     if ablate:
         web_paragraphs, eval_texts = novel_split()
-        (workdir / "positives.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in classifier_positives()))
         if pages > len(web_paragraphs):
             raise TextmillError(f"--pages {pages}: the ablation's web has {len(web_paragraphs)} paragraphs of the "
                                 "novel to make articles of; ask for at most that many")
+        (workdir / "positives.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in classifier_positives()))
     else:
         web_paragraphs, eval_texts = None, cloze_passages(seed + 1, 100)
     eval_file = workdir / "eval" / ("novel-held-out.jsonl" if ablate else "cloze.jsonl")

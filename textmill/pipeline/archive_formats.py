@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 
 _HEAD = 1 << 16
-RECOMPRESS = "warcio recompress FILE FIXED.warc.gz (warcio, pip install warcio) writes a member per record"
+RECOMPRESS = "warcio recompress FILE FIXED.warc.gz (warcio, pip install warcio) writes"  # the fix of the last three
 
 
 def what_it_is(path: Path) -> str | None:
@@ -29,13 +29,13 @@ def what_it_is(path: Path) -> str | None:
     inflated = _first_member(head) if head.startswith(b"\x1f\x8b") else b""
     if head.lstrip().startswith(b"filedesc://") or inflated.lstrip().startswith(b"filedesc://"):
         return (f"{path} is an ARC file (the format before WARC{', gzipped' if inflated else ''}), which textmill does "
-                "not read: convert it to WARC (warcio reads ARC and writes WARC: warcio recompress FILE FIXED.warc.gz)")
+                f"not read: {RECOMPRESS} it as WARC")
     if inflated.startswith(b"WARC/") and inflated.count(b"\nWARC/1.") >= 1:  # one member holds two records' starts
-        return f"{path} is gzipped whole, as one member, so no record of it can be read alone: {RECOMPRESS}"
+        return f"{path} is gzipped whole, as one member, so no record of it can be read alone: {RECOMPRESS} a member per record"
     first_line = (inflated or head).split(b"\n", 1)[0]
     if first_line.startswith(b"WARC/") and first_line.endswith(b"\r\r"):
         return (f"{path} has WARC header lines ending in CR CR LF (line ends converted twice), which textmill's WARC "
-                f"reader does not read: {RECOMPRESS.replace('a member per record', 'them with CR LF, a member a record')}")
+                f"reader does not read: {RECOMPRESS} them with CR LF, a member a record")
     return None
 
 

@@ -266,13 +266,12 @@ def cut_warc(path: Path, responses_per_unit: int, stem: str) -> tuple[WarcUnit, 
                     starts.append((record.stream_pos, records))
                 responses += 1
             if record.reader.consume() != record.content_length:
-                raise TextmillError(what_it_is(path) or f"{path}: the record at byte {record.stream_pos} is cut short "
-                                    "(a truncated or damaged archive)")
+                raise TextmillError(f"{path}: the record at byte {record.stream_pos} is cut short (a truncated or "
+                                    "damaged archive)")
         if records and not _ends_whole(path, last):
-            raise TextmillError(what_it_is(path) or f"{path}: the record at byte {last} is cut short (a truncated or "
-                                "damaged archive)")
+            raise TextmillError(f"{path}: the record at byte {last} is cut short (a truncated or damaged archive)")
     except OSError as exc:
-        raise TextmillError(what_it_is(path) or f"cannot read {path} as WARC: {exc}") from None
+        raise TextmillError(f"cannot read {path} as WARC: {exc}") from None
     ends = [offset for offset, _ in starts[1:]] + [path.stat().st_size]
     counts = [first for _, first in starts[1:]] + [records + 1]
     units = []

@@ -47,9 +47,9 @@ class TrainClassifier(RunTask):
         cfg = self.settings.classify
         if cfg.model is not None:
             return cfg.params(), file_fingerprint(cfg.model)["sha256"]
-        files = [*document_files(cfg.positives, "positive documents"), *document_files(cfg.negatives, "negative documents")]
-        return (cfg.params(), len(document_files(cfg.positives, "positive documents")),
-                [file_fingerprint(p)["sha256"] for p in files])
+        positives = document_files(cfg.positives, "positive documents")
+        negatives = document_files(cfg.negatives, "negative documents")
+        return cfg.params(), len(positives), [file_fingerprint(p)["sha256"] for p in (*positives, *negatives)]
 
     def target(self) -> WorkTarget:
         return WorkTarget(self.folder(), record_path(self.folder(), "task.json"),
