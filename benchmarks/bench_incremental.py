@@ -1,14 +1,15 @@
 """A corpus that grows: what the next day's run costs. Day 1 is a run of N web archives; day 2 adds archives of new
-pages (1%, 5% and 20% more) and runs again. Per stage: the seconds its tasks ran on each day (the tasks' own time
-records, one worker: a task at a time), the tasks that ran, and day 2 / day 1; and the CPU seconds of the whole run
-(the process and its workers).
+pages (1%, 5% and 20% more) and runs again, in each form of the corpus ([run] corpus_form: one shuffled and merged
+corpus, or parts). Per stage: the seconds its tasks ran on each day (the tasks' own time records, one worker: a task
+at a time), the tasks that ran, and day 2 / day 1; and the CPU seconds of the whole run (the process and its workers).
 
-    python benchmarks/bench_incremental.py [--archives 100] [--pages 30] [--growth 1 5 20]
+    python benchmarks/bench_incremental.py [--archives 100] [--pages 30] [--growth 1 5 20] [--forms single parts]
 
 Each archive holds `--pages` generated articles of its own (textmill.demo.synthweb, a seed per archive) and is one
 unit of the run (`[warc] responses_per_shard` = pages). GPT-2's vocabulary is named (no BPE trained), training is
-off. The source stage (reading the archives) is shown apart: its promise, only the new units read, is kept already;
-the ratio that matters is of the work after it.
+off, and the shuffle's shards follow the corpus's size (`[shuffle] target_shard_mb`; in the parts form, each part's).
+The source stage (reading the archives) is shown apart: its promise, only the new units read, is kept already; the
+ratio that matters is of the work after it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ RUN = """
 [run]
 work_dir = "work"
 warcs = ["warcs"]
+corpus_form = "{form}"
 [warc]
 responses_per_shard = {pages}
 [shuffle]
-num_shards = 4
+target_shard_mb = {shard_mb}
 [tokenize]
 vocab_file = "{data}/gpt2-vocab.json"
 merge_file = "{data}/gpt2-merges.txt"
@@ -95,16 +97,20 @@ def main() -> None:
     p.add_argument("--archives", type=int, default=100, help="archives on day 1, each one unit")
     p.add_argument("--pages", type=int, default=30, help="articles per archive")
     p.add_argument("--growth", type=int, nargs="+", default=[1, 5, 20], help="archives added on day 2, in percent")
+    p.add_argument("--forms", nargs="+", default=["single", "parts"], choices=["single", "parts"],
+                   help="[run] corpus_form of the runs: each growth is measured in each form")
+    p.add_argument("--shard-mb", type=float, default=0.25, help="[shuffle] target_shard_mb: the shuffle's shards (and "
+                   "token files) follow the corpus's size, or in the parts form each part's")
     args = p.parse_args()
     print(f"# bench_incremental: {platform.node()}, {platform.processor() or platform.machine()}; day 1: "
           f"{args.archives} archives of {args.pages} pages; one worker")
-    for growth in args.growth:
+    for growth, form in [(g, f) for g in args.growth for f in args.forms]:
         added = max(1, round(args.archives * growth / 100))
         root = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
         try:
             write_archives(root / "warcs", 0, args.archives, args.pages)
             config = root / "run.toml"
-            config.write_text(RUN.format(pages=args.pages, data=ROOT / "tests" / "data"))
+            config.write_text(RUN.format(pages=args.pages, form=form, shard_mb=args.shard_mb, data=ROOT / "tests" / "data"))
             started = time.perf_counter()
             day1, tasks1, cpu1 = run_day(config, {})
             wall1 = time.perf_counter() - started
@@ -115,7 +121,7 @@ def main() -> None:
             wall2 = time.perf_counter() - started
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        print(f"\n## day 2 adds {added} archive(s) ({added / args.archives:.0%}); wall {wall1:.1f} s, then "
+        print(f"\n## {form} form, day 2 adds {added} archive(s) ({added / args.archives:.0%}); wall {wall1:.1f} s, then "
               f"{wall2:.1f} s; the process's CPU {cpu1:.1f} s, then {cpu2:.1f} s\n")
         print("| stage | day 1: tasks, seconds | day 2: tasks, seconds | day 2 / day 1 |\n|---|---:|---:|---:|")
         after_source = [0.0, 0.0]

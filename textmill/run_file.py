@@ -54,6 +54,12 @@ class RunSection(Settings):
                                       "hold, extracted by [scrape]'s extractor, with no URL list and no fetch (urls "
                                       "is not read)")
     seed: int = setting(1234, "seed of the shuffle", least=0, most=SEED_MAX)
+    corpus_form: Literal["single", "parts"] = setting(
+        "single", '"single": every document shuffled with every other and tokenized into one .bin/.idx, the same bytes '
+        'as a run that had every input from the start. "parts": the units a run adds to an earlier run\'s form a part '
+        "of their own, shuffled and tokenized alone, and the earlier parts' token files are kept; training blends "
+        "every part in proportion to its tokens (a run grown by 1% shuffles and tokenizes 1%). Needs [tokenize] "
+        "vocab_file. See docs/running.md")
     results_runs: int = setting(10, "runs side by side in work_dir/results.md (every run is kept in work_dir/runs/)",
                                 least=1)
     tasks_per_stage: int = setting(0, "the most tasks the scheduler hands out for one stage: its units (or bands, or "
@@ -328,6 +334,9 @@ def checked(path: Path, values: dict) -> RunConfig:
     if settings.train.resume == "latest" and not settings.tokenize.vocab_file:
         raise TextmillError("[train] resume = \"latest\" needs [tokenize] vocab_file: a BPE trained on each corpus "
                             "gives each model its own vocabulary")
+    if settings.run.corpus_form == "parts" and not (settings.tokenize.vocab_file or hf_folder):
+        raise TextmillError('[run] corpus_form = "parts" needs [tokenize] vocab_file (or [train] init_from): a BPE '
+                            "trained on the corpus changes as it grows, and every part would be tokenized again")
     if settings.run.reddit_dumps and settings.run.warcs:
         raise TextmillError("[run] reddit_dumps and warcs are two starts of a run: give one (a run from dumps fetches "
                             "their links; one from archives reads the pages they hold)")

@@ -263,7 +263,7 @@ def test_new_url_lists_scrape_only_the_new_shard_and_dedup_against_everything(tm
     assert reused >= 1
     [record] = [json.loads(p.read_text()) for p in sorted((work / "runs").glob("*/run.json"))[-1:]]
     [clean] = [s for s in record["funnel"] if s["stage"] == "clean"]
-    assert clean["reused"] == reused
+    assert clean["tasks"]["taken"] == reused
 
     # The same corpus as the run that had all three files from the start.
     assert dataset_bytes(config) == dataset_bytes(finished_run.root / "run.toml")

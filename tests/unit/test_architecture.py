@@ -104,7 +104,8 @@ def test_luigi_only_in_the_workflow_room_and_io_imports_nothing_of_textmill():
 
 
 # Inside workflows/, by role, lowest first (docs/ARCHITECTURE.md, "The workflow layer").
-WORKFLOW_MODULES = ["workers", "memos", "reuse", "variant_tasks", "sources", "targets", "framework", "records", "source_tasks",
+WORKFLOW_MODULES = ["workers", "memos", "reuse", "variant_tasks", "sources", "targets", "framework", "records", "parts",
+                    "source_tasks",
                     "corpus_tasks", "classify_tasks", "shuffle_tasks", "token_tasks", "model_tasks", "batches", "stages",
                     "run_records", "runner", "ablation", "commands", "__init__"]
 

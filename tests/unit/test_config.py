@@ -9,6 +9,8 @@ from textmill.run_file import load_config
 @pytest.mark.parametrize("text, error", [
     ('[train]\nresume = "sometimes"', "[train] resume must be one of fresh, latest, not 'sometimes'"),
     ('[train]\nresume = "latest"', '[train] resume = "latest" needs [tokenize] vocab_file'),
+    ('[run]\ncorpus_form = "parts"', '[run] corpus_form = "parts" needs [tokenize] vocab_file'),
+    ('[run]\ncorpus_form = "daily"', "[run] corpus_form must be one of single, parts, not 'daily'"),
     ('[schedule]\nat = "3am"', "[schedule] at: '3am' is not a time of day HH:MM"),
     ('[schedule]\nat = "12:5"', "[schedule] at: '12:5' is not a time of day HH:MM"),
     ("[run]\nresults_runs = 0", "[run] results_runs must be at least 1"),

@@ -30,6 +30,7 @@ yields few false candidates); `shingle_unit="char"` gives Megatron's character 5
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -326,8 +327,7 @@ def write_clusters(clusters: dict, cfg: DedupConfig, path: Path) -> None:
 def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Path, max_document_bytes: int = 0) -> dict:
     """Keep the documents of `shard` that are not duplicates of an earlier one, as the clusters record
     (write_clusters) names them (`exact`: those whose words are their keeper's)."""
-    clusters = read_json(clusters_file)
-    duplicates, exact = clusters["duplicates"], set(clusters.get("exact", ()))
+    duplicates, exact = read_clusters(clusters_file)
 
     def decide(row: dict) -> Verdict:
         keeper = duplicates.get(row["id"])
@@ -336,3 +336,29 @@ def filter_shard(shard: Path, output: Path, cfg: DedupConfig, clusters_file: Pat
         return row, f"{'exact' if row['id'] in exact else 'near'}_duplicate_of={keeper}"
 
     return filter_documents("dedup", shard, output, cfg.params(), decide, [shard], max_document_bytes=max_document_bytes)
+
+
+@functools.lru_cache(maxsize=1)
+def _clusters(path: str, stamp: tuple[int, int]) -> tuple[dict[str, str], frozenset[str]]:
+    clusters = read_json(Path(path))
+    return clusters["duplicates"], frozenset(clusters.get("exact", ()))
+
+
+def read_clusters(clusters_file: Path) -> tuple[dict[str, str], frozenset[str]]:
+    """The clusters record's duplicates (id: keeper id) and exact duplicates' ids, read once per process while the
+    file is unchanged (each shard's filter asks, and a grown run asks once more per shard: shard_verdicts)."""
+    stat = clusters_file.stat()
+    return _clusters(str(clusters_file), (stat.st_mtime_ns, stat.st_size))
+
+
+def shard_verdicts(shard: Path, clusters_file: Path) -> str:
+    """A digest of the clusters' verdicts on the documents of `shard` (each duplicate's id, keeper and kind): with the
+    shard's bytes, all that filter_shard's output depends on. An old shard that lost no document to the new ones
+    has the digest it had, so its filtered shard is taken again (workflows/reuse.py)."""
+    duplicates, exact = read_clusters(clusters_file)
+    digest = hashlib.blake2b(digest_size=16)
+    for doc_id in pq.read_table(shard, columns=["id"]).column("id").to_pylist():
+        keeper = duplicates.get(doc_id)
+        if keeper is not None:
+            digest.update(json.dumps([doc_id, keeper, doc_id in exact]).encode())
+    return digest.hexdigest()

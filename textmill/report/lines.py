@@ -9,10 +9,11 @@ from textmill.pipeline.shards import summarize
 from textmill.report.record import RunRecord, StageCounts
 
 
-def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float) -> StageCounts:
-    """The counts of one stage over its shards' manifests, and its throughput over `seconds` (the time
-    its tasks ran, added up: per worker): records in per second, and MB per second of the kept shards
-    it wrote (zstd Parquet)."""
+def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: float,
+                  tasks: dict[str, int] | None = None) -> StageCounts:
+    """The counts of one stage over its shards' manifests, its tasks (made, taken from an earlier output, done by an
+    earlier run), and its throughput over `seconds` (the time its tasks ran, added up: per worker): records in per
+    second, and MB per second of the kept shards it wrote (zstd Parquet)."""
     total = summarize(manifests)
     c = total["counts"]
     written = sum(m.get("bytes") or kept_bytes(Path(output) / m["output"]) for m in manifests)
@@ -20,8 +21,7 @@ def stage_summary(stage: str, manifests: list[dict], output: Path, seconds: floa
                        rejected=c.get("rejected", 0), rows_out=c.get("output_rows", c.get("kept", 0)),
                        reasons=total["reasons"], output=shown(Path(output)), seconds=seconds, bytes=written,
                        records_per_s=round(c.get("input", 0) / seconds) if seconds > 0 else None,
-                       mb_per_s=round(written / 2**20 / seconds, 3) if seconds > 0 else None,
-                       reused=sum(1 for m in manifests if m.get("reused_from")))
+                       mb_per_s=round(written / 2**20 / seconds, 3) if seconds > 0 else None, tasks=tasks)
 
 
 def kept_bytes(shard: Path) -> int:
@@ -45,9 +45,17 @@ def reasons_text(reasons: dict[str, int]) -> str:
 def stage_line(s: StageCounts) -> str:
     reasons = reasons_text(s.reasons)
     extra = f", {s.rows_out} rows out" if s.rows_out != s.kept else ""
-    extra += f"; {s.reused} of the shards taken from an earlier run (the same input bytes)" if s.reused else ""
     return (f"{s.stage}: {s.shards} shard(s), {s.input} in, {s.kept} kept, {s.rejected} rejected "
-            f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s]")
+            f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s{tasks_text(s.tasks)}]")
+
+
+def tasks_text(tasks: dict[str, int] | None) -> str:
+    """What a stage's tasks cost this run: those it made, those it took from an earlier task's output made from the
+    same input bytes, and those an earlier run had done."""
+    if not tasks:
+        return ""
+    return (f"; tasks: {tasks['made']} made, {tasks['taken']} taken from earlier output, {tasks['earlier']} done "
+            "before this run")
 
 
 # What to do when one reason rejects most of what a stage read, by the reason's name (before any "=").
@@ -263,5 +271,14 @@ def funnel_lines(record: RunRecord) -> list[str]:
             lines.append(STAGE_LINES[s.stage](record))
     corpus = record.corpus
     if corpus:
-        lines.append(f"tokenize: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {corpus.dataset}.bin/.idx")
+        tasks = tasks_text(corpus.tasks).removeprefix("; ")
+        lines.append(f"tokenize: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {token_files(corpus)}"
+                     + (f" [{tasks}]" if tasks else ""))
     return lines
+
+
+def token_files(corpus) -> str:
+    """Where a run's token files are: the merged PREFIX.bin/.idx, or the parts form's folder of blended shards."""
+    if corpus.parts:
+        return f"{corpus.dataset} ({corpus.parts} part(s), each shard's token files blended by its tokens)"
+    return f"{corpus.dataset}.bin/.idx"

@@ -72,10 +72,17 @@ def funnel_section(record: RunRecord) -> dict | None:
     if not funnel:
         return None
     rows = [[link(s.output, s.stage), s.input, s.kept, s.rejected, ", ".join(f"{k} {v}" for k, v in s.reasons.items()) or "-",
-             s.records_per_s, s.mb_per_s, round(s.bytes / 2**20, 2) if s.bytes is not None else None] for s in funnel]
+             *task_cells(s.tasks), s.records_per_s, s.mb_per_s, round(s.bytes / 2**20, 2) if s.bytes is not None else None]
+            for s in funnel]
     return {"chart": funnel_chart(funnel),
-            "table": table(rows, ["stage (its folder)", "in", "kept", "rejected", "rejected because", "records/s per worker",
+            "table": table(rows, ["stage (its folder)", "in", "kept", "rejected", "rejected because", "tasks made",
+                                  "tasks taken from earlier output", "tasks done before this run", "records/s per worker",
                                   "MB/s per worker", "MB written"])}
+
+
+def task_cells(tasks: dict[str, int] | None) -> list:
+    """A stage's tasks this run made, took from an earlier task's output, and found done (none: not counted)."""
+    return [tasks[kind] if tasks else None for kind in ("made", "taken", "earlier")]
 
 
 def dedup_section(record: RunRecord) -> dict | None:
@@ -110,15 +117,16 @@ def decontaminate_section(record: RunRecord) -> dict | None:
 
 def corpus_section(record: RunRecord) -> dict | None:
     from textmill.report.charts import histogram_chart
+    from textmill.report.lines import tasks_text
 
     corpus = record.corpus
     if not corpus:
         return None
-    shapes = corpus.histograms  # made with the token files: none for those an older textmill merged
-    charts = [histogram_chart(shapes["characters"], "characters per document"),
-              histogram_chart(shapes["tokens"], "tokens per document")] if shapes else []
-    return {"charts": charts, "documents": corpus.documents, "tokens": corpus.tokens,
-            "link": link(corpus.dataset + ".bin", corpus.dataset + ".bin")}
+    shapes = corpus.histograms or {}  # made with the token files: none for those an older textmill merged
+    charts = [histogram_chart(shapes[name], f"{name} per document") for name in ("characters", "tokens") if name in shapes]
+    where = corpus.dataset if corpus.parts else corpus.dataset + ".bin"  # the parts form's folder of shards
+    return {"charts": charts, "documents": corpus.documents, "tokens": corpus.tokens, "link": link(where, where),
+            "parts": corpus.parts, "tasks": tasks_text(corpus.tasks).removeprefix("; ")}
 
 
 def train_section(record: RunRecord) -> dict | None:

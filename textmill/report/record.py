@@ -46,17 +46,21 @@ class StageCounts(Part):
     bytes: int | None = None
     records_per_s: int | None = None
     mb_per_s: float | None = None
-    reused: int = 0  # shards taken from an earlier task's output made from the same input bytes (workflows/reuse.py)
+    # its tasks (shards' and steps'): made by the run, taken from an earlier task's output made from the same input
+    # bytes (workflows/reuse.py), done by an earlier run; none in a record of an older textmill
+    tasks: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
 class CorpusTokens(Part):
     """The merged token files: their prefix, documents and tokens, and the documents' length histograms."""
 
-    dataset: str
+    dataset: str  # the merged files' prefix, or the folder of the parts form's blend
     documents: int
     tokens: int
     histograms: dict | None = None  # none for token files an older textmill merged
+    parts: int | None = None  # the parts of a corpus of the parts form ([run] corpus_form); None: one merged file
+    tasks: dict[str, int] | None = None  # tokenization's (with the tokenizer's), counted as StageCounts.tasks
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from textmill.io.files import atomic_path, read_json_record, report_damage
 from textmill.io.store import files_under, shown
 from textmill.report.ablation import AblationRecord, ablation_table, verdict_lines
-from textmill.report.lines import funnel_lines
+from textmill.report.lines import funnel_lines, token_files
 from textmill.report.record import RunRecord
 
 
@@ -33,7 +33,7 @@ def run_lines(record: RunRecord, folder: Path) -> list[str]:
     worse since the previous run."""
     corpus, train = record.corpus, record.train
     lines = ["textmill run: corpus funnel (in, kept and rejected at each stage, with reasons)", *funnel_lines(record),
-             f"textmill run: done: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {corpus.dataset}.bin/.idx"]
+             f"textmill run: done: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {token_files(corpus)}"]
     if train:
         valid = f", validation loss {train.valid_loss:.4f}" if train.valid_loss is not None else ""
         start = f" (starting from {train.started_from})" if train.started_from else ""

@@ -90,8 +90,10 @@ def duplicate_pairs(duplicates: dict[str, str], exact: set[str], shards: list[Pa
             for d, k in wanted.items() if d in found and k in found]
 
 
-def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
-    """Characters per document (the final document shards) and tokens per document (the token files)."""
+def corpus_histograms(document_shards: list[str], datasets: list[str]) -> dict:
+    """Characters per document (the final document shards; none given, none counted) and tokens per document (the
+    token files: the merged ones, or every shard's of the parts form)."""
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -100,4 +102,5 @@ def corpus_histograms(document_shards: list[str], dataset: str) -> dict:
     characters = []
     for shard in document_shards:  # one column of one shard at a time
         characters += pc.utf8_length(pq.read_table(shard, columns=["text"])["text"]).to_pylist()
-    return {"characters": histogram(characters), "tokens": histogram(IndexedDataset(dataset).lengths)}
+    tokens = np.concatenate([IndexedDataset(dataset).lengths for dataset in datasets])
+    return {**({"characters": histogram(characters)} if document_shards else {}), "tokens": histogram(tokens)}

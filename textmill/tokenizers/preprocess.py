@@ -24,9 +24,17 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from textmill.errors import TextmillError
-from textmill.io.files import atomic_path, file_fingerprint, is_loose_json, iter_json_lines, parquet_batches, write_json
+from textmill.io.files import (
+    atomic_path,
+    file_fingerprint,
+    is_loose_json,
+    iter_json_lines,
+    local_fingerprint,
+    parquet_batches,
+    write_json,
+)
 from textmill.io.progress import progress as progress_counter
-from textmill.megatron.indexed import IndexedDatasetWriter, optimal_dtype
+from textmill.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path, optimal_dtype
 from textmill.tokenizers.gpt2 import GPT2Tokenizer
 from textmill.tokenizers.tokenize_config import TokenizeConfig
 
@@ -228,6 +236,11 @@ def tokenize_files(
         "first_rejects": [f"{r.where}: {r.reason}" for r in rejects[:20]],
         "seconds": round(seconds, 3),
         "mb_per_s": round(nbytes / 1e6 / max(seconds, 1e-9), 2),
+        # each token file's size and sha256, hashed while it is fresh: a blend of many such files is checked against
+        # these before training, without hashing every file again when it is built (the parts form's)
+        "files": {path.name: {k: v for k, v in local_fingerprint(path).items() if k != "path"}
+                  for key in keys for path in (data_file_path(dataset_prefix(output_prefix, key)),
+                                               index_file_path(dataset_prefix(output_prefix, key)))},
     }
     write_json(manifest, manifest_file(output_prefix))
     return manifest

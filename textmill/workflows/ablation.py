@@ -128,13 +128,16 @@ def seed_result(variant: str) -> SeedResult:
     train = TrainGPT(variant)
     trained = read_json(train.output().done)
     meta = newest_meta(train.output().local_checkpoints())
-    lengths = IndexedDataset(MergeDataset(variant).output().checked_dataset()).lengths
-    train_split = split_ranges(len(lengths), settings.trainer.split)[0]
+    train_tokens = 0  # each dataset of a blend (the parts form's) is split on its own, as Megatron splits them
+    for _, prefix in MergeDataset(variant).output().checked_blend():
+        lengths = IndexedDataset(prefix).lengths
+        train_split = split_ranges(len(lengths), settings.trainer.split)[0]
+        train_tokens += int(lengths[train_split].sum()) if train_split is not None else 0
     held_out = read_json(EvaluateHeldOut(variant).output().done)["results"]
     lambada = (read_json(EvaluateLambada(variant).output().done)["results"] if settings.evaluate.lambada else [])
     return SeedResult(
         seed=settings.trainer.seed, documents=corpus["documents"], tokens=corpus["tokens"],
-        train_tokens=int(lengths[train_split].sum()) if train_split is not None else 0,
+        train_tokens=train_tokens,
         trained_tokens=trained["iterations"] * settings.trainer.global_batch_size * int(meta["seq_length"]),
         bits_per_byte={r["name"]: r["bits_per_byte"] for r in held_out},
         lambada_accuracy={Path(r["valid_data"]).stem: r["accuracy"] for r in lambada})

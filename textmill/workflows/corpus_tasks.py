@@ -14,6 +14,7 @@ the last list, leave every earlier shard, its scrape and its MinHash signatures 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import luigi
@@ -137,9 +138,6 @@ class MapShard(ShardTask):
     table: str  # the run file's table of its settings
     sidecars: tuple[str, ...] = ()  # the input's sidecar files the function reads too
     reads_documents = True  # the function takes max_document_bytes ([input]) for the given files it reads
-    # Its output depends on its input shard's bytes and its own settings alone: an earlier task's output made from
-    # the same is taken instead of making it again (reuse.py), in a run.
-    reusable = False
 
     @staticmethod
     def stage_function() -> Callable:
@@ -161,17 +159,13 @@ class MapShard(ShardTask):
     def arguments(self) -> tuple:
         return ()
 
-    def make(self):
-        from textmill.workflows import reuse
+    def reuse_inputs(self) -> list[Path]:
+        return [self.input()["shard"].local(*self.sidecars)]
 
+    def make(self):
         limit = {"max_document_bytes": self.settings.input.max_document_bytes} if self.reads_documents else {}
         given = self.input()["shard"].local(*self.sidecars)
-        reusing = self.reusable and self.settings.command is None
-        if reusing and reuse.take_earlier(self, given):
-            return
         self.stage_function()(given, self.output().shard, getattr(self.settings, self.table), *self.arguments(), **limit)
-        if reusing:
-            reuse.remember(self, given)
 
 
 class ScrapeShard(MapShard):
@@ -335,6 +329,7 @@ class DedupShard(MapShard):
     and the stages after dedup keep one folder each, which `datasets.load_dataset` reads whole."""
 
     stage, command, table = "3-dedup", "dedup", "dedup"
+    reusable = True  # an old shard that lost no document to the new ones: its verdicts' digest is in reuse_settings
 
     @staticmethod
     def stage_function():
@@ -353,6 +348,11 @@ class DedupShard(MapShard):
 
     def arguments(self) -> tuple:
         return (self.input()["clusters"].local_file("clusters"),)
+
+    def reuse_settings(self) -> tuple:
+        from textmill.pipeline.dedup import shard_verdicts
+
+        return *super().reuse_settings(), shard_verdicts(self.input()["shard"].local(), *self.arguments())
 
 
 class CleanShard(MapShard):

@@ -89,6 +89,9 @@ class RunTask(luigi.Task, metaclass=SharedAcrossVariants):
     # (workers.py), which then never pay them per task: pandas for every task, since pyarrow imports it the
     # first time it converts Python data (a shard's rows) where it is installed (textmill does not need it).
     libraries: tuple[str, ...] = ("pandas",)
+    # Whether an earlier task's output made from the same input bytes (reuse_inputs) and settings (reuse_settings) is
+    # taken instead of making it again (reuse.py): in a run, not in a stage command, whose output folder is not keyed.
+    reusable = False
 
     @property
     def settings(self) -> RunConfig:
@@ -171,11 +174,34 @@ class RunTask(luigi.Task, metaclass=SharedAcrossVariants):
         self.produce()
 
     def produce(self) -> None:
-        """Write the task's output, its inputs being there: begun, made, committed (done file last)."""
+        """Write the task's output, its inputs being there: begun, made (or taken from an earlier task that made it
+        from the same input bytes: reuse.py), committed (done file last)."""
+        from textmill.workflows import reuse
+
         output = self.output()
+        inputs = self.reuse_inputs() if self.reusable and self.settings.command is None else None
         output.begin()
-        self.make()
+        if inputs is None:
+            self.make()
+        elif not reuse.take_earlier(self, inputs):
+            self.make()
+            output.commit()
+            reuse.remember(self)
+            return
         output.commit()
+
+    def reuse_inputs(self) -> list[Path]:
+        """Of a reusable task: the local files (current here) whose bytes, with reuse_settings(), decide its output
+        whole."""
+        raise NotImplementedError
+
+    def reuse_settings(self) -> tuple:
+        """What besides its inputs' bytes its output depends on: its own settings."""
+        return self.own_settings()
+
+    def reuse_name(self) -> str:
+        """Which of its stage's outputs it makes (its files' names in the stage's folder)."""
+        return "-".join([self.task_family, *(str(v) for k, v in self.param_kwargs.items() if k != "config")])
 
     def requires_later(self) -> list:
         """Requirements known only once those of requires() have finished (a fan-out over the shuffled
@@ -211,6 +237,9 @@ class ShardTask(RunTask):
 
     def name(self) -> str:
         return unit_name(input_units(self.settings)[self.shard])
+
+    def reuse_name(self) -> str:
+        return self.name()
 
     def shown(self) -> str:
         return f"{self.task_family}({self.name()})"

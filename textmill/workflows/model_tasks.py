@@ -75,7 +75,7 @@ class TrainGPT(RunTask):
         if self.settings.train.init_from:  # the imported model, its shape with it, until a checkpoint of our own
             imported = {"load": given["model"].local_tree("checkpoints"), "finetune": True}
             load = {**(load if begun else imported), "use_checkpoint_args": True}
-        trainer = dataclasses.replace(self.settings.trainer, data_path=(str(given["dataset"].checked_dataset()),),
+        trainer = dataclasses.replace(self.settings.trainer, data_path=given["dataset"].data_path(),
                                       save=checkpoints, **load,
                                       **tokenizer_settings(given["tokenizer"].local_tokenizer()))
         command = [sys.executable, "-m", "textmill.cli.train_process", str(trainer.write(output.files["settings"]))]

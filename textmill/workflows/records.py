@@ -1,9 +1,10 @@
 """Each task's records outside its output folder: its last failure (for `textmill status` and the report, until
-it succeeds) and how long it ran (for the run's record)."""
+it succeeds) and how long it ran and when it finished (for the run's record)."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from textmill.io.files import read_json_record, write_json
@@ -12,6 +13,15 @@ from textmill.workflows.framework import RunTask
 
 FAILURES = ".textmill/failures"
 TIMES = ".textmill/times"
+
+# When this process's run began (begin_run; the workers it forks inherit it): a task whose time record was written
+# since ran in this run. (A cluster's machines each start their own run: on one, a task another machine finished
+# before it started counts as an earlier run's.)
+_RUN_BEGAN = [0.0]
+
+
+def begin_run() -> None:
+    _RUN_BEGAN[0] = time.time()
 
 
 def record_file(task: RunTask, kind: str) -> Path:
@@ -45,3 +55,32 @@ def failure_file(task: RunTask) -> Path:
 def task_seconds(task: RunTask) -> float:
     record = read_record(task, TIMES)
     return float(record.get("seconds", 0.0)) if record else 0.0
+
+
+def stage_tasks(tasks: list) -> tuple[dict[str, float], dict[str, int]]:
+    """The seconds of each step of a stage's tasks (one time record read per task), and how many of the tasks this
+    run made, took from an earlier task's output made from the same input bytes (reuse.py), or found done by an
+    earlier run."""
+    from textmill.workflows.reuse import was_reused
+
+    seconds, counts = {}, {"made": 0, "taken": 0, "earlier": 0}
+    for task in tasks:
+        record = read_record(task, TIMES) or {}
+        seconds[task.step] = seconds.get(task.step, 0.0) + float(record.get("seconds", 0.0))
+        if not in_this_run(record):
+            counts["earlier"] += 1
+        else:
+            counts["taken" if task.reusable and was_reused(task.output().done) else "made"] += 1
+    return seconds, counts
+
+
+def in_this_run(time_record: dict) -> bool:
+    return time_record.get("finished", -1.0) >= _RUN_BEGAN[0]
+
+
+def as_of_this_run(task: RunTask, tasks: dict[str, int] | None) -> dict[str, int] | None:
+    """The task counts a stage's record (`task`'s) holds, as this run sees them: an earlier run's record says what
+    that run did; in this one, every task was done before."""
+    if tasks is None or in_this_run(read_record(task, TIMES) or {}):
+        return tasks
+    return {"made": 0, "taken": 0, "earlier": sum(tasks.values())}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import luigi
@@ -15,9 +16,10 @@ from textmill.io.files import atomic_path, write_json
 from textmill.io.store import listed_folders, publish
 from textmill.report.record import CorpusTokens, Evaluation, Export, RunRecord, StageCounts, Training
 from textmill.workflows.framework import RunTask, graph
+from textmill.run_file import RunConfig
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
-from textmill.workflows.records import FAILURES, read_record, task_seconds
+from textmill.workflows.records import FAILURES, as_of_this_run, read_record, task_seconds
 from textmill.workflows.source_tasks import source_tasks, sources_finished
 from textmill.workflows.stages import StageRecord, read, run_stages
 from textmill.workflows.token_tasks import MergeDataset
@@ -42,29 +44,36 @@ def run_graph(config: Path) -> list[luigi.Task]:
 def task_states(config: Path) -> list[dict]:
     """Every task of the run's graph, requirements first: its name (a shard task by its shard's name, as
     `ScrapeShard(RS_2019-01)`), state (done, failed or pending) and, for a failed one, the last failure
-    recorded."""
+    recorded; the run file and the inputs read as they are now."""
     forget()
-    states = []
     with listed_folders(run_config(str(config)).run.work_dir):  # each stage's folder of the store listed once
-        for task in run_graph(config):
-            state, reason = ("done" if task.complete() else "pending"), None
-            record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
-            if record:
-                state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
-            states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()",
-                           "state": state, "reason": reason})
+        return states_of(str(config))
+
+
+def states_of(config: str) -> list[dict]:
+    """task_states, of the graph as this process knows it."""
+    states = []
+    for task in run_graph(config):
+        state, reason = ("done" if task.complete() else "pending"), None
+        record = read_record(task, FAILURES) if state == "pending" and isinstance(task, RunTask) else None
+        if record:
+            state, reason = "failed", f"{record.get('error', 'unknown error')} ({record.get('time', '?')})"
+        states.append({"task": task.shown() if hasattr(task, "shown") else f"{task.task_family}()",
+                       "state": state, "reason": reason})
     return states
 
 
-def add_corpus(record: RunRecord, config: str) -> None:
+def add_corpus(record: RunRecord, settings: RunConfig) -> None:
     """The corpus part of a run record, as far as the run got: each finished stage's record (stages.StageRecord:
     its counts, reasons, time, examples and own figures, one file a stage), and the merged token files."""
-    for stage in run_stages(run_config(config)):
+    config = str(settings.path)
+    for stage in run_stages(settings):
         done = StageRecord(config, stage.name).output()
         if not done.exists():
             break
         found = read(done.done)
-        record.funnel.append(StageCounts.from_dict(found.pop("funnel")))
+        counts = StageCounts.from_dict(found.pop("funnel"))
+        record.funnel.append(replace(counts, tasks=as_of_this_run(StageRecord(config, stage.name), counts.tasks)))
         record.samples[stage.name] = found.pop("samples")
         record.seconds_per_stage.update(found.pop("seconds_per_stage"))
         for figure, value in found.items():  # the stage's own figures (stages.Stage.part)
@@ -72,28 +81,27 @@ def add_corpus(record: RunRecord, config: str) -> None:
     merged = MergeDataset(config).output()
     if merged.exists():
         made = read(merged.done)
-        record.corpus = CorpusTokens.from_dict(made)
+        record.corpus = replace(CorpusTokens.from_dict(made), tasks=as_of_this_run(MergeDataset(config), made.get("tasks")))
         record.seconds_per_stage.update(made.get("seconds_per_stage", {}))
 
 
-def run_record(config: Path, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
-    """What the run made, for run.json, the results table and report.html (each folder of the store listed
-    once for it: store.listed_folders)."""
-    with listed_folders(run_config(str(config)).run.work_dir):
-        return read_run_record(config, name, started_at, seconds, status)
+def run_record(settings: RunConfig, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
+    """What the run of `settings` (its run file, read once when the run began) made, for run.json, the results table
+    and report.html (each folder of the store listed once for it: store.listed_folders)."""
+    with listed_folders(settings.run.work_dir):
+        return read_run_record(settings, name, started_at, seconds, status)
 
 
-def read_run_record(config: Path, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
+def read_run_record(settings: RunConfig, name: str, started_at: str, seconds: float | None, status: str) -> RunRecord:
     from textmill.workflows.model_tasks import EvaluateLambada, ExportHF, TrainGPT
 
-    config = str(config)
-    settings = run_config(config)
+    config = str(settings.path)
     record = RunRecord(run=name, config=config, started=started_at, seconds=None if seconds is None else round(seconds, 1),
                        status=status)
     if status == "failed":
-        record.failed = [f"{s['task']}: {s['reason']}" for s in task_states(config) if s["state"] == "failed"]
+        record.failed = [f"{s['task']}: {s['reason']}" for s in states_of(config) if s["state"] == "failed"]
     lists_written = sources_finished(config)
-    add_corpus(record, config)
+    add_corpus(record, settings)
     if not lists_written:  # the graph after the URL lists is not known yet
         return record
     train = TrainGPT(config)
@@ -113,10 +121,10 @@ def read_run_record(config: Path, name: str, started_at: str, seconds: float | N
     return record
 
 
-def start_run_record(config: Path, record: RunRecord) -> Path:
+def start_run_record(settings: RunConfig, record: RunRecord) -> Path:
     """The run's folder (runs/<name>[-k]) with its record as it starts ("running", with its process), so that a
     run killed before its end is still recorded (record_killed_runs); record_run writes its end there."""
-    runs = run_config(str(config)).run.work_dir / RUNS
+    runs = settings.run.work_dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
     folder, k = runs / record.run, 1
     while True:  # several workers on one central scheduler may start in the same second
@@ -132,16 +140,16 @@ def start_run_record(config: Path, record: RunRecord) -> Path:
     return folder
 
 
-def record_killed_runs(config: Path) -> list[str]:
+def record_killed_runs(settings: RunConfig) -> list[str]:
     """Runs of this machine recorded as running whose process is gone (killed, or its machine restarted):
     recorded as killed, with what had been finished by now, and their reports written. Their names."""
     from textmill.report.results import read_runs
 
     killed = []
-    for record in read_runs(run_config(str(config)).run.work_dir / RUNS):
+    for record in read_runs(settings.run.work_dir / RUNS):
         host, _, pid = (record.process or "").rpartition(":")
         if record.status == "running" and host == socket.gethostname() and not process_alive(int(pid)):
-            record_run(config, run_record(config, record.run, record.started, None, "killed"), newest=False)
+            record_run(settings, run_record(settings, record.run, record.started, None, "killed"), newest=False)
             killed.append(record.run)
     return killed
 
@@ -156,13 +164,12 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def record_run(config: Path, record: RunRecord, newest: bool = True) -> Path:
+def record_run(settings: RunConfig, record: RunRecord, newest: bool = True) -> Path:
     """Write the run's record into its folder (runs/<name>: start_run_record), its report.html, the results
     table and (`newest`) WORK/report.html."""
     from textmill.report.page import write_report
     from textmill.report.results import read_runs, write_results
 
-    settings = run_config(str(config))
     runs = settings.run.work_dir / RUNS
     folder = runs / record.run
     write_json(record.to_dict(), folder / "run.json")

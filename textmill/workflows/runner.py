@@ -26,10 +26,11 @@ from textmill.io.progress import progress_interval
 from textmill.io.store import listed_folders, remove, url_of
 from textmill.pipeline.shards import upgrade_layout
 from textmill.report.record import RunRecord
+from textmill.run_file import RunConfig
 from textmill.workflows.batches import Batch, batched, tasks_per_stage
 from textmill.workflows.framework import RunTask, graph, warm, work_folders
 from textmill.workflows.memos import forget, run_config
-from textmill.workflows.records import FAILURES, TIMES, failure_file, read_record, write_record
+from textmill.workflows.records import FAILURES, TIMES, begin_run, failure_file, read_record, write_record
 from textmill.workflows.run_records import (
     RUNS,
     record_killed_runs,
@@ -230,7 +231,7 @@ def clear_failure(task: RunTask) -> None:
 @RunTask.event_handler(luigi.Event.PROCESSING_TIME)
 def record_time(task: RunTask, seconds: float) -> None:
     """How long the task's run() took, for the funnel."""
-    write_record(task, TIMES, {"seconds": seconds})
+    write_record(task, TIMES, {"seconds": seconds, "finished": time.time()})
 
 
 class RunResult(NamedTuple):
@@ -291,34 +292,35 @@ def run_workflow(config: Path, workers: int = 1, scheduler_url: str | None = Non
     """Build the run of `config`, then record it as a dated run: work/runs/<date_time>/run.json and
     report.html, work/report.html (the newest), and the results table of the last runs. Without a central
     scheduler the run holds WORK's lock (work_lock) throughout."""
-    config = Path(config).resolve()
     forget()
+    settings = run_config(str(Path(config).resolve()))  # read once here, and handed down
     progress_interval()  # a bad TEXTMILL_PROGRESS_S is one error line before any task
     if scheduler_url:
-        return build_and_record(config, workers, scheduler_url)
-    work = run_config(str(config)).run.work_dir
-    with work_lock(work):
-        upgrade_work_layout(work)
-        return build_and_record(config, workers, None)
+        return build_and_record(settings, workers, scheduler_url)
+    with work_lock(settings.run.work_dir):
+        upgrade_work_layout(settings.run.work_dir)
+        return build_and_record(settings, workers, None)
 
 
-def build_and_record(config: Path, workers: int, scheduler_url: str | None) -> RunResult:
+def build_and_record(settings: RunConfig, workers: int, scheduler_url: str | None) -> RunResult:
     """The run, recorded as it starts, at its end, and when Ctrl-C ends it; a run of this machine killed
     before (SIGKILL, a lost machine) is recorded as killed first."""
     configure_luigi()
-    for killed in record_killed_runs(config):
+    config = settings.path
+    for killed in record_killed_runs(settings):
         print(f"textmill run: the run of {killed} was killed before its end; recorded so in "
-              f"{run_config(str(config)).run.work_dir / RUNS / killed}", file=sys.stderr)
+              f"{settings.run.work_dir / RUNS / killed}", file=sys.stderr)
     name, started_at, started = time.strftime("%Y-%m-%d_%H%M%S"), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
-    folder = start_run_record(config, RunRecord(run=name, config=str(config), started=started_at, seconds=0.0,
+    begin_run()
+    folder = start_run_record(settings, RunRecord(run=name, config=str(config), started=started_at, seconds=0.0,
                                                 status="running", process=f"{socket.gethostname()}:{os.getpid()}"))
     try:
         ok, summary = build_run(config, workers, scheduler_url)
     except KeyboardInterrupt:
-        record_run(config, run_record(config, folder.name, started_at, time.perf_counter() - started, "interrupted"))
+        record_run(settings, run_record(settings, folder.name, started_at, time.perf_counter() - started, "interrupted"))
         raise Interrupted(f"finished shards are kept, unfinished ones will be redone; recorded in {folder}") from None
-    record = run_record(config, folder.name, started_at, time.perf_counter() - started, "done" if ok else "failed")
-    return RunResult(ok, summary, record, record_run(config, record))
+    record = run_record(settings, folder.name, started_at, time.perf_counter() - started, "done" if ok else "failed")
+    return RunResult(ok, summary, record, record_run(settings, record))
 
 
 def build_run(config: Path, workers: int, scheduler_url: str | None) -> tuple[bool, str]:

@@ -22,6 +22,7 @@ from textmill.workflows.classify_tasks import ClassifyShard, filtered
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
 from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
 from textmill.workflows.memos import PLANNED_COUNTS, run_config
+from textmill.workflows.parts import corpus_parts, in_parts, part_of_bucket, write_ledger
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
 
 
@@ -80,7 +81,7 @@ class ShufflePlan(RunTask):
         return [cleaned(self.config, i) for i in range(num_shards(self.settings))]
 
     def own_settings(self) -> tuple:
-        return shuffle_settings(self.settings)
+        return (*shuffle_settings(self.settings), *((corpus_parts(self.settings),) if in_parts(self.settings) else ()))
 
     def target(self) -> WorkTarget:
         return WorkTarget(self.folder(), record_path(self.folder(), "plan.json"))
@@ -89,14 +90,18 @@ class ShufflePlan(RunTask):
         from textmill.io.files import write_json
         from textmill.pipeline.shuffle import shard_count
 
-        shuffle = self.settings.shuffle
+        shuffle, shards, parts = self.settings.shuffle, self.input(), corpus_parts(self.settings)
         if shuffle.num_shards:
-            plan = {"num_shards": shuffle.num_shards}
+            counts, plan = [shuffle.num_shards] * len(parts), {}
         else:
-            size = sum(shard.bytes() for shard in self.input())
-            plan = {"input_bytes": size, "target_shard_mb": shuffle.target_shard_mb,
-                    "num_shards": shard_count(size, shuffle.target_shard_mb)}
+            sizes = [sum(shards[i].bytes() for i in part) for part in parts]
+            counts = [shard_count(size, shuffle.target_shard_mb) for size in sizes]
+            plan = {"input_bytes": sum(sizes), "target_shard_mb": shuffle.target_shard_mb}
+        plan["num_shards"] = sum(counts)
+        if in_parts(self.settings):  # each part's shards follow the earlier parts'
+            plan["part_shards"] = counts
         write_json(plan, self.output().done)
+        write_ledger(self.settings)
 
 
 class ShuffleScatter(ShardTask):
@@ -104,6 +109,7 @@ class ShuffleScatter(ShardTask):
     shard count given it waits for its own cleaned shard only."""
 
     stage = "5-shuffle-scatter"
+    reusable = True
 
     def requires(self):
         shard = {"shard": cleaned(self.config, self.shard)}
@@ -118,19 +124,33 @@ class ShuffleScatter(ShardTask):
         scattered = self.folder() / f"{self.name()}.parquet"
         return ShardTarget(scattered, scatter_record(scattered))
 
+    def shard_count(self) -> int:
+        """How many shards its part of the corpus is shuffled into (the whole corpus, in the single form)."""
+        if self.settings.shuffle.num_shards:
+            return self.settings.shuffle.num_shards
+        plan = self.input()["plan"].record()
+        part = next(n for n, units in enumerate(corpus_parts(self.settings)) if self.shard in units)
+        return plan.get("part_shards", [plan["num_shards"]])[part]
+
+    def reuse_inputs(self) -> list[Path]:
+        return [self.input()["shard"].local()]
+
+    def reuse_settings(self) -> tuple:
+        return *self.own_settings(), self.shard_count()
+
     def make(self):
         from textmill.pipeline.shuffle import scatter_shard
 
-        given = self.input()
-        count = self.settings.shuffle.num_shards or planned_count(given["plan"])
-        scatter_shard(given["shard"].local(), self.output().shard, count, self.settings.run.seed,
+        scatter_shard(self.input()["shard"].local(), self.output().shard, self.shard_count(), self.settings.run.seed,
                       self.settings.input.max_document_bytes)
 
 
 class ShuffleGather(RunTask):
-    """One output shard of the shuffle: its bucket of every scattered shard, permuted; written beside the plan."""
+    """One output shard of the shuffle: its bucket of every scattered shard of its part, permuted; written beside the
+    plan."""
 
     stage = "5-shuffle"
+    reusable = True
     bucket = luigi.IntParameter(description="output shard number")
     fanned_by = "bucket"
 
@@ -148,14 +168,26 @@ class ShuffleGather(RunTask):
         shard = shuffled_shard(self.folder(), self.bucket)
         return ShardTarget(shard, manifest_path(shard))
 
+    def part(self) -> tuple[list, int, int]:
+        """Its part's scattered shards, and its own number and the shard count within the part (in the single form,
+        every scattered shard, its bucket and the plan's count)."""
+        given = self.input()
+        part, first, count = part_of_bucket(given["plan"].record(), self.bucket)
+        return [given["scattered"][i] for i in corpus_parts(self.settings)[part]], self.bucket - first, count
+
+    def reuse_inputs(self) -> list[Path]:
+        return [scattered.local() for scattered in self.part()[0]]
+
+    def reuse_settings(self) -> tuple:
+        return *self.part()[1:], self.settings.run.seed
+
     def make(self):
         from textmill.pipeline.shuffle import gather_bucket
 
-        given = self.input()
-        for scattered in given["scattered"]:  # the records; gather_bucket reads only this bucket's row group of each
-            scattered.record()
-        gather_bucket([s.shard for s in given["scattered"]], self.bucket, self.output().shard,
-                      planned_count(given["plan"]), self.settings.run.seed)
+        scattered, bucket, count = self.part()
+        for shard in scattered:  # the records; gather_bucket reads only this bucket's row group of each
+            shard.record()
+        gather_bucket([s.shard for s in scattered], bucket, self.output().shard, count, self.settings.run.seed)
 
 
 class Shuffle(PerShuffledShard):
@@ -226,6 +258,7 @@ class DecontaminateCount(RunTask):
     stage = "6-decontaminate"
     part = luigi.IntParameter(description="shuffled shard number")
     fanned_by = "part"
+    reusable = True
 
     def fan_count(self) -> int:
         return DecontaminateSelect(self.config).shard_count()
@@ -239,6 +272,9 @@ class DecontaminateCount(RunTask):
     def target(self) -> WorkTarget:
         name = shard_stem(self.input().shards[self.part])
         return WorkTarget(self.folder(), record_path(self.folder(), "counts") / f"{name}.counts.json")
+
+    def reuse_inputs(self) -> list[Path]:
+        return [self.input().local_shard(self.part)]
 
     def make(self):
         from textmill.pipeline.decontaminate import count_matches, eval_ngrams, write_counts
@@ -287,6 +323,7 @@ class DecontaminateShard(RunTask):
     stage = "6-decontaminate"
     part = luigi.IntParameter(description="shuffled shard number")
     fanned_by = "part"
+    reusable = True
 
     def fan_count(self) -> int:
         return Decontaminate(self.config).shard_count()
@@ -301,6 +338,15 @@ class DecontaminateShard(RunTask):
     def target(self) -> ShardTarget:
         shard = decontaminated_shard(self.folder(), self.input()["shuffled"].shards[self.part])
         return ShardTarget(shard, manifest_path(shard))
+
+    def reuse_inputs(self) -> list[Path]:
+        """The shard (its pass-1 counts follow from it and the settings)."""
+        return [self.input()["shuffled"].local_shard(self.part)]
+
+    def reuse_settings(self) -> tuple:
+        """And the n-grams left out of the cut: a corpus that grows changes the selection's other figures each time,
+        the n-grams seldom."""
+        return *self.own_settings(), key_of(self.input()["selected"].record()["frequent"])
 
     def make(self):
         from textmill.pipeline.decontaminate import decontaminate_shard, read_matched, read_selected

@@ -30,7 +30,7 @@ from textmill.workflows.classify_tasks import ClassifyShard, TrainClassifier
 from textmill.workflows import shuffle_tasks as s
 from textmill.workflows.framework import RunTask, ShardTask, num_shards
 from textmill.workflows.memos import run_config
-from textmill.workflows.records import task_seconds
+from textmill.workflows.records import stage_tasks
 from textmill.workflows.source_tasks import RedditLinks, WarcShard, source_tasks
 
 
@@ -180,10 +180,7 @@ class StageRecord(RunTask):
         shards = shard_files(tasks)
         manifests = [read(manifest_path(p)) for p in shards]
         examined = local_copies(shards[:SCANNED_SHARDS])  # the shards the report's examples come from
-        timed = [(task.step, task_seconds(task)) for task in [*tasks, *stage.steps(self.config)]]
-        summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(spent for _, spent in timed))
-        seconds = {}
-        for step, spent in timed:  # each time record read once
-            seconds[step] = seconds.get(step, 0.0) + spent
+        seconds, counts = stage_tasks([*tasks, *stage.steps(self.config)])
+        summary = stage_summary(self.name, manifests, tasks[0].folder(), sum(seconds.values()), counts)
         write_json({"funnel": summary.to_dict(), "samples": stage_examples(examined, list(summary.reasons)),
                     "seconds_per_stage": seconds, **stage.part(self.config, examined, manifests)}, self.output().done)

@@ -171,36 +171,50 @@ class TokenizerTarget(WorkTarget):
 
 class DatasetTarget(WorkTarget):
     """Megatron token files (PREFIX.bin and PREFIX.idx) and their record; `pattern` names every file of one
-    tokenized shard (its rejects with them)."""
+    tokenized shard (its rejects with them). A training set of the parts form has no prefix: its record's `blend`
+    lists every shard's prefix with its tokens."""
 
-    def __init__(self, folder: Path, done: Path, prefix: Path, pattern: str | None = None):
+    def __init__(self, folder: Path, done: Path, prefix: Path | None, pattern: str | None = None):
         super().__init__(folder, done)
         self.prefix, self.pattern = prefix, pattern
 
     def token_files(self) -> list[Path]:
-        return [data_file_path(self.prefix), index_file_path(self.prefix)]
+        return [data_file_path(self.prefix), index_file_path(self.prefix)] if self.prefix else []
 
     def local_dataset(self) -> Path:
         for path in self.token_files():
             fetch(path)
         return self.prefix
 
-    def checked_dataset(self) -> Path:
-        """The token files current on this machine, each checked against the size and sha256 its record
-        holds (a file changed since it was written would train on other data unnoticed)."""
+    def checked_blend(self) -> list[tuple[int | None, Path]]:
+        """The token files current on this machine, each checked against the size and sha256 its record holds (a
+        file changed since it was written would train on other data unnoticed): the merged files' prefix (no
+        weight), or every prefix of a blend with its tokens."""
         from textmill.errors import RunFailed
         from textmill.io.files import file_fingerprint
-        from textmill.io.store import shown
+        from textmill.io.store import local_path, shown
 
-        expected = self.record().get("files", {})
-        for path in self.token_files():
-            fetch(path)
-            recorded = expected.get(path.name)
-            if recorded and {k: v for k, v in file_fingerprint(path).items() if k != "path"} != \
-                    {k: v for k, v in recorded.items() if k != "path"}:
-                raise RunFailed(f"{shown(path)} is not the file MergeDataset wrote (size or sha256 differ); "
-                                "delete that folder to merge again")
-        return self.prefix
+        record = self.record()
+        expected = record.get("files", {})
+        blend = [(None, self.prefix)] if self.prefix else [(tokens, local_path(p)) for tokens, p in record["blend"]]
+        for _, prefix in blend:
+            for path in (data_file_path(prefix), index_file_path(prefix)):
+                fetch(path)
+                recorded = expected.get(path.name)
+                if recorded and {k: v for k, v in file_fingerprint(path).items() if k != "path"} != \
+                        {k: v for k, v in recorded.items() if k != "path"}:
+                    raise RunFailed(f"{shown(path)} is not the file its task wrote (size or sha256 differ); "
+                                    "delete that folder to make it again")
+        return blend
+
+    def checked_dataset(self) -> Path:
+        """The merged files' prefix, checked; of a blend, its first shard's (where a held-out split is read)."""
+        return self.checked_blend()[0][1]
+
+    def data_path(self) -> tuple[str, ...]:
+        """The training set as the trainer's --data-path: PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (checked)."""
+        return tuple(str(x) for tokens, prefix in self.checked_blend()
+                     for x in ((prefix,) if tokens is None else (tokens, prefix)))
 
     def written(self) -> list[Path]:
         if self.pattern:

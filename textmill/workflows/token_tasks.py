@@ -16,11 +16,12 @@ from pathlib import Path
 import luigi
 
 from textmill.io.files import file_fingerprint, local_fingerprint
-from textmill.io.store import shown
+from textmill.io.store import local_path, shown
 from textmill.pipeline.shards import record_path
 from textmill.workflows.framework import RunTask, key_of
 from textmill.workflows.memos import run_config
-from textmill.workflows.records import task_seconds
+from textmill.workflows.parts import corpus_parts, in_parts
+from textmill.workflows.records import stage_tasks
 from textmill.workflows.shuffle_tasks import PerShuffledShard, corpus_task, finished_count
 from textmill.workflows.targets import DatasetTarget, TokenizerTarget
 
@@ -118,6 +119,7 @@ class TokenizeShard(RunTask):
     stage = "8-tokenize"
     part = luigi.IntParameter(description="shard number after the shuffle")
     fanned_by = "part"
+    reusable = True
 
     def fan_count(self) -> int:
         return MergeDataset(self.config).shard_count()
@@ -138,6 +140,13 @@ class TokenizeShard(RunTask):
         return DatasetTarget(self.folder(), manifest_file(prefix), dataset_prefix(prefix, "text"),
                              pattern=f"{prefix.name}[._]*")
 
+    def reuse_inputs(self) -> list[Path]:
+        given = self.input()
+        return [given["corpus"].local_shard(self.part), *given["tokenizer"].local_tokenizer()]
+
+    def reuse_settings(self) -> tuple:
+        return *self.own_settings(), self.settings.tokenize.endoftext
+
     def make(self):
         from textmill.tokenizers.files import tokenizer_settings
         from textmill.tokenizers.preprocess import tokenize_files
@@ -151,16 +160,14 @@ class TokenizeShard(RunTask):
 
 
 class MergeDataset(PerShuffledShard):
-    """The token files of every shard concatenated in shard order: the training set (Megatron's
-    tools/merge_datasets.py)."""
+    """The training set: the token files of every shard concatenated in shard order (Megatron's
+    tools/merge_datasets.py); in the parts form ([run] corpus_form, parts.py), no copy: a blend of every shard's token
+    files, each weighted by its tokens, which the trainer reads as Megatron reads --data-path w1 p1 w2 p2 ...."""
 
     stage = "9-dataset"
 
     def requires(self):
         return {"corpus": corpus_task(self.config), "tokenizer": tokenizer_task(self.config)}
-
-    def own_settings(self) -> tuple:
-        return (self.settings.tokenize.append_eod,)
 
     def shard_count(self) -> int | None:
         return finished_count(self.input()["corpus"])
@@ -168,27 +175,55 @@ class MergeDataset(PerShuffledShard):
     def fan_out(self, count: int) -> list:
         return [TokenizeShard(self.config, j) for j in range(count)]
 
+    def own_settings(self) -> tuple:
+        return (self.settings.tokenize.append_eod, *(("parts",) if in_parts(self.settings) else ()))
+
     def target(self) -> DatasetTarget:
-        return DatasetTarget(self.folder(), record_path(self.folder(), "task.json"), self.folder() / "corpus_text_document")
+        blend = in_parts(self.settings)
+        return DatasetTarget(self.folder(), record_path(self.folder(), "task.json"),
+                             None if blend else self.folder() / "corpus_text_document")
 
     def make(self):
-        from textmill.megatron.indexed import merge_datasets
-
         from textmill.report.samples import corpus_histograms
 
         started, output, corpus = time.perf_counter(), self.output(), self.input()["corpus"]
-        merged = merge_datasets([part.local_dataset() for part in self.input_later()], output.prefix)
+        made = self.blend() if output.prefix is None else self.merge()
         seconds = time.perf_counter() - started
-        # For the run's record, once: the documents' sizes, and the time of the steps from the documents on.
-        histograms = corpus_histograms([str(corpus.local_shard(j)) for j in range(len(corpus.shards))], str(output.prefix))
+        # For the run's record, once: the documents' sizes (in characters, only where every shard is read anyway:
+        # the parts form reads an old part's token index, never its text), and the steps' time from the documents on.
+        if output.prefix is None:
+            histograms = corpus_histograms([], [str(local_path(prefix)) for _, prefix in made["blend"]])
+        else:
+            histograms = corpus_histograms([str(corpus.local_shard(j)) for j in range(len(corpus.shards))],
+                                           [str(output.prefix)])
         tokenizer = self.requires()["tokenizer"]
-        steps = {"tokenize": sum(task_seconds(part) for part in self.requires_later()), "dataset": seconds}
-        if isinstance(tokenizer, RunTask):
-            steps[tokenizer.step] = task_seconds(tokenizer)
-        self.finish(dataset=shown(output.prefix), documents=merged.num_documents, tokens=int(merged.lengths.sum()),
-                    tokenizer_files=[shown(p) for p in self.input()["tokenizer"].tokenizer], seconds=seconds,
-                    files={p.name: local_fingerprint(p) for p in output.token_files()}, histograms=histograms,
-                    seconds_per_stage=steps)
+        steps, tasks = stage_tasks([*self.requires_later(), *([tokenizer] if isinstance(tokenizer, RunTask) else [])])
+        self.finish(**made, tokenizer_files=[shown(p) for p in self.input()["tokenizer"].tokenizer], seconds=seconds,
+                    histograms=histograms, seconds_per_stage={**steps, "dataset": seconds}, tasks=tasks)
+
+    def merge(self) -> dict:
+        from textmill.megatron.indexed import merge_datasets
+
+        output = self.output()
+        merged = merge_datasets([part.local_dataset() for part in self.input_later()], output.prefix)
+        return {"dataset": shown(output.prefix), "documents": merged.num_documents, "tokens": int(merged.lengths.sum()),
+                "files": {p.name: local_fingerprint(p) for p in output.token_files()}}
+
+    def blend(self) -> dict:
+        """Every shard's token files with its tokens (an empty shard left out: a blend weighs by tokens), and the
+        files' sizes and sha256 as their tasks recorded them."""
+        blend, files, documents = [], {}, 0
+        for shard in self.input_later():
+            manifest = shard.record()
+            tokens = manifest["counts"]["tokens"].get("text", 0)
+            documents += manifest["counts"]["kept"]
+            files.update({name: {**recorded, "path": shown(shard.folder / name)}
+                          for name, recorded in manifest.get("files", {}).items()})
+            if tokens:
+                blend.append([tokens, shown(shard.local_dataset())])
+        parts = len(corpus_parts(self.settings))
+        return {"dataset": shown(self.folder()), "documents": documents, "tokens": sum(t for t, _ in blend),
+                "blend": blend, "parts": parts, "files": files}
 
 
 class Corpus(luigi.WrapperTask):

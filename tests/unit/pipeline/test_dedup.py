@@ -235,3 +235,27 @@ def test_a_band_merge_of_more_runs_than_the_open_files_soft_limit_raises_it(tmp_
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= runs
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_shards_verdicts_digest_changes_only_with_what_the_clusters_decide_for_its_documents(tmp_path):
+    """A grown run takes an old shard's filtered output again when its digest is the same (workflows/reuse.py): a
+    cluster change that touches none of its documents leaves it; a new keeper, a new duplicate, or another kind does
+    not."""
+    import pyarrow as pa
+
+    from textmill.pipeline.dedup import shard_verdicts
+
+    shard = tmp_path / "RS_0-00000.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "text": ["x", "y", "z"]}), shard)
+
+    def digest(duplicates: dict, exact: list, name: str) -> str:
+        clusters = tmp_path / f"{name}.clusters.json"
+        clusters.write_text(json.dumps({"duplicates": duplicates, "exact": exact}))
+        return shard_verdicts(shard, clusters)
+
+    before = digest({"b": "a", "q": "p"}, [], "before")
+    assert digest({"b": "a", "q": "p", "s": "r"}, ["s"], "elsewhere") == before  # another shard's new duplicate
+    assert digest({"b": "a"}, [], "gone-elsewhere") == before
+    assert digest({"b": "a", "c": "n"}, [], "new-duplicate") != before  # c now duplicates a new document
+    assert digest({"b": "m"}, [], "new-keeper") != before
+    assert digest({"b": "a"}, ["b"], "exact") != before  # the same keeper, another reason

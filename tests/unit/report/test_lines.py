@@ -44,14 +44,15 @@ def test_a_summary_names_the_largest_reasons_and_counts_the_rest():
     assert reasons_text({}) == "none" and reasons_text({"a": 1}) == "a 1"
 
 
-def test_a_stage_that_took_shards_from_an_earlier_run_says_how_many():
+def test_a_stage_line_says_what_its_tasks_cost_this_run():
     from pathlib import Path
 
     from textmill.report.lines import stage_line, stage_summary
 
     manifests = [{"output": f"s{i}.parquet", "bytes": 10, "counts": {"input": 5, "kept": 5, "rejected": 0},
-                  "reasons": {}, **({"reused_from": "a1b2"} if i < 2 else {})} for i in range(3)]
-    counts = stage_summary("clean", manifests, Path("/w/4-clean/k"), 1.0)
-    assert counts.reused == 2
-    assert stage_line(counts) == ("clean: 3 shard(s), 15 in, 15 kept, 0 rejected (none); 2 of the shards taken from an "
-                                  "earlier run (the same input bytes) -> /w/4-clean/k [1.0s]")
+                  "reasons": {}} for i in range(3)]
+    counts = stage_summary("clean", manifests, Path("/w/4-clean/k"), 1.0, {"made": 1, "taken": 2, "earlier": 0})
+    assert stage_line(counts) == ("clean: 3 shard(s), 15 in, 15 kept, 0 rejected (none) -> /w/4-clean/k [1.0s; tasks: "
+                                  "1 made, 2 taken from earlier output, 0 done before this run]")
+    # a record of an older textmill, which did not count them
+    assert stage_line(stage_summary("clean", manifests, Path("/w/4-clean/k"), 1.0)).endswith("-> /w/4-clean/k [1.0s]")
