@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from support.cli import run_cli
 from support.files import TEST_DATA
 from support.runs import make_run
+from textmill.megatron.indexed import IndexedDataset
 from textmill.workflows import MergeDataset
 from textmill.workflows.runner import run_workflow
 from textmill.workflows.shuffle_tasks import corpus_task
@@ -62,6 +64,10 @@ def test_a_grown_corpus_of_parts_keeps_the_earlier_parts_token_files_and_trains_
     expected = " ".join(f"{tokens} {prefix}" for tokens, prefix in day2)
     assert f"--data-path {expected}" in log.read_text()
     assert second.record.train.iterations == 20
+    # One pair of token files when a tool wants one: the parts' folder merged (the parts one after the other).
+    merged = run_cli("merge-datasets", "--input", corpus.dataset, "--output-prefix", str(tmp_path / "one"))
+    assert merged.returncode == 0, merged.stderr
+    assert IndexedDataset(tmp_path / "one").num_documents == corpus.documents
 
     # What holds for the parts form: the documents of the single form (dedup and decontamination judged every new
     # document against the whole corpus), in another order.

@@ -23,6 +23,7 @@ file). Imports nothing of textmill.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from contextlib import contextmanager
@@ -36,7 +37,12 @@ LISTINGS: list[tuple[list[str], dict[str, dict[str, str]]]] = []
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TEXTMILL_CACHE") or Path.home() / ".cache" / "textmill").expanduser().resolve()
+    return _cache_root(os.environ.get("TEXTMILL_CACHE"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_root(setting: str | None, home: str | None) -> Path:
+    return Path(setting or Path.home() / ".cache" / "textmill").expanduser().resolve()
 
 
 def is_url(text: str) -> bool:
@@ -61,8 +67,13 @@ def local_path(text: str) -> Path:
 
 def url_of(path: Path) -> str | None:
     """The URL a mirrored path stands for, or None for a local file."""
+    return _url_of(str(path), cache_root(), os.getcwd())
+
+
+@functools.lru_cache(maxsize=1 << 16)  # every task asks of its files, many times: resolving a path is system calls
+def _url_of(path: str, root: Path, cwd: str) -> str | None:
     try:
-        protocol, *parts = Path(path).resolve().relative_to(cache_root()).parts
+        protocol, *parts = Path(path).resolve().relative_to(root).parts
     except (ValueError, RuntimeError, OSError):  # not under the cache; or a symbolic link loop, local either way
         return None
     return f"{protocol}://{'/'.join(parts)}" if parts else None

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import itertools
 import json
 from pathlib import Path
@@ -52,7 +51,7 @@ from textmill.pipeline.shards import write_table
 from textmill.pipeline.stage import Verdict, filter_documents
 from textmill.pipeline.stage_configs import DedupConfig
 
-STREAM_ROWS = 1024  # keys a band's merge holds at once of each shard's stream (it merges every shard's)
+STREAM_ROWS = 1024  # keys a block of a shard's stream in a band's merge (it holds about two blocks of every stream)
 
 
 def _signature_schema(cfg: DedupConfig, shard: Path, max_document_bytes: int) -> pa.Schema:
@@ -199,34 +198,65 @@ def band_keys_shard(signatures: Path, output: Path, cfg: DedupConfig) -> dict:
     return record
 
 
-def band_stream(path: Path, metadata, group: int, shard: int) -> Iterator[tuple[int, int, int]]:
-    """(key, shard, row) of one sorted run of one band of a shard (a row group of its keys file, whose
-    metadata the shard's streams share), STREAM_ROWS at a time."""
+def band_stream(path: Path, metadata, group: int, offset: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(keys, corpus document numbers) of one sorted run of one band of a shard (a row group of its keys file, whose
+    metadata the shard's streams share; `offset`: the shard's first document number), STREAM_ROWS at a time."""
     batches = pq.ParquetFile(path, metadata=metadata).iter_batches(batch_size=STREAM_ROWS, row_groups=[group],
                                                                    columns=["key", "row"])
     for batch in batches:
-        yield from zip(batch.column(0).to_pylist(), itertools.repeat(shard), batch.column(1).to_pylist())
+        yield (batch.column(0).to_numpy().astype(np.uint64, copy=False),
+               batch.column(1).to_numpy().astype(np.int64) + offset)
+
+
+def merged_blocks(streams: list[Iterator[tuple[np.ndarray, np.ndarray]]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The k-way merge of sorted streams of (keys, numbers) blocks, in blocks that hold every document of each of
+    their keys, each block sorted by (key, number). A round takes from every stream what lies below the smallest last
+    key held of the streams that have more blocks (none of those can hold a smaller key later), and holds each
+    stream's next block once its block is used up. Keys are hashes, so the streams advance together and a round takes
+    about a block of each: NumPy's work per round, not Python's per key. Memory: about two blocks a stream."""
+    held = [next(stream, None) for stream in streams]  # what is left of each stream's current block
+    ahead = [next(stream, None) if block is not None else None for stream, block in zip(streams, held, strict=True)]
+    while True:
+        live = [i for i, block in enumerate(held) if block is not None]
+        if not live:
+            return
+        bound = min((held[i][0][-1] for i in live if ahead[i] is not None), default=None)
+        cuts = {i: len(held[i][0]) if bound is None else int(np.searchsorted(held[i][0], bound, side="left"))
+                for i in live}
+        if not any(cuts.values()):  # every key held is the bound's: the streams that end at it hold their next block
+            for i in live:
+                if ahead[i] is not None and held[i][0][-1] == bound:
+                    held[i] = tuple(np.concatenate(pair) for pair in zip(held[i], ahead[i], strict=True))
+                    ahead[i] = next(streams[i], None)
+            continue
+        keys = np.concatenate([held[i][0][: cuts[i]] for i in live])
+        numbers = np.concatenate([held[i][1][: cuts[i]] for i in live])
+        for i in live:
+            rest = (held[i][0][cuts[i] :], held[i][1][cuts[i] :])
+            held[i] = rest if len(rest[0]) else ahead[i]
+            if not len(rest[0]) and ahead[i] is not None:
+                ahead[i] = next(streams[i], None)
+        order = np.lexsort((numbers, keys))
+        yield keys[order], numbers[order]
 
 
 def band_pairs(bands_files: list[Path], band: int) -> np.ndarray:
     """Step 3, per band: candidate pairs (first, other) in corpus document numbers. Every shard's sorted
-    runs of the band are merged as streams, so memory is STREAM_ROWS keys per run plus the pairs: documents
-    with equal keys are candidates, each paired with the first of them, which is enough for union-find to
-    join a cluster."""
+    runs of the band are merged as streams (merged_blocks), so memory is about two blocks of STREAM_ROWS keys per
+    run plus the pairs: documents with equal keys are candidates, each paired with the first of them in corpus order,
+    which is enough for union-find to join a cluster."""
     records = [read_json(bands_record(f)) for f in bands_files]
     offsets = np.concatenate([[0], np.cumsum([r["rows"] for r in records])]).astype(np.int64)
     allow_open_files(sum(len(r["runs"]) for r in records))
     metadata = [pq.read_metadata(f) if len(r["runs"]) > 1 else None for f, r in zip(bands_files, records, strict=True)]
-    streams = [band_stream(f, metadata[s], run * r["bands"] + band, s)
+    streams = [band_stream(f, metadata[s], run * r["bands"] + band, int(offsets[s]))
                for s, (f, r) in enumerate(zip(bands_files, records, strict=True)) for run in range(len(r["runs"]))]
-    pairs, previous, first = [], None, 0
-    for key, shard, row in heapq.merge(*streams):  # by key, then shard, then row: corpus order within a key
-        number = int(offsets[shard]) + row
-        if key == previous:
-            pairs.append((first, number))
-        else:
-            previous, first = key, number
-    return np.array(pairs, np.int64).reshape(-1, 2)
+    pairs = [np.zeros((0, 2), np.int64)]
+    for keys, numbers in merged_blocks(streams):  # a block holds every document of its keys
+        starts = np.concatenate([[True], keys[1:] != keys[:-1]])
+        firsts = numbers[starts][np.cumsum(starts) - 1]
+        pairs.append(np.stack([firsts[~starts], numbers[~starts]], axis=1))
+    return np.concatenate(pairs)
 
 
 def allow_open_files(streams: int) -> None:

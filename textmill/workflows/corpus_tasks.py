@@ -20,6 +20,7 @@ from typing import Callable
 import luigi
 
 from textmill.io.files import file_fingerprint
+from textmill.io.store import fetch
 from textmill.pipeline.shards import earlier_or_current, manifest_path, record_path, sidecar_path
 from textmill.run_file import RunConfig
 from textmill.workflows.framework import (
@@ -286,8 +287,8 @@ class DedupBand(RunTask):
     def make(self):
         from textmill.pipeline.dedup import band_pairs, write_pairs
 
-        for keys in self.input():  # the band keys and their record
-            keys.local(), keys.record()
+        for keys in self.input():  # the band keys and their record, current here
+            keys.local(), fetch(keys.done)
         write_pairs(band_pairs([keys.shard for keys in self.input()], self.band), self.output().done)
 
 

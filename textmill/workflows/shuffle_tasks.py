@@ -16,6 +16,7 @@ from pathlib import Path
 import luigi
 
 from textmill.io.files import file_fingerprint
+from textmill.io.store import fetch
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
 from textmill.workflows.classify_tasks import ClassifyShard, filtered
@@ -185,8 +186,8 @@ class ShuffleGather(RunTask):
         from textmill.pipeline.shuffle import gather_bucket
 
         scattered, bucket, count = self.part()
-        for shard in scattered:  # the records; gather_bucket reads only this bucket's row group of each
-            shard.record()
+        for shard in scattered:  # the records, current here; gather_bucket reads only this bucket's row group of each
+            fetch(shard.done)
         gather_bucket([s.shard for s in scattered], bucket, self.output().shard, count, self.settings.run.seed)
 
 

@@ -19,7 +19,7 @@ from textmill.io.files import file_fingerprint, local_fingerprint
 from textmill.io.store import local_path, shown
 from textmill.pipeline.shards import record_path
 from textmill.workflows.framework import RunTask, key_of
-from textmill.workflows.memos import run_config
+from textmill.workflows.memos import given_tokenizer, run_config
 from textmill.workflows.parts import corpus_parts, in_parts
 from textmill.workflows.records import stage_tasks
 from textmill.workflows.shuffle_tasks import PerShuffledShard, corpus_task, finished_count
@@ -153,8 +153,8 @@ class TokenizeShard(RunTask):
         from textmill.tokenizers.tokenize_config import TokenizeConfig
 
         given = self.input()
-        tokenizer = TokenizeConfig(**tokenizer_settings(given["tokenizer"].local_tokenizer()),
-                                   endoftext=self.settings.tokenize.endoftext).given_tokenizer()
+        tokenizer = given_tokenizer(TokenizeConfig(**tokenizer_settings(given["tokenizer"].local_tokenizer()),
+                                                   endoftext=self.settings.tokenize.endoftext))  # once per process
         tokenize_files([given["corpus"].local_shard(self.part)], self.prefix(), tokenizer,
                        dataclasses.replace(self.settings.tokenize, workers=1))
 
@@ -221,8 +221,8 @@ class MergeDataset(PerShuffledShard):
                           for name, recorded in manifest.get("files", {}).items()})
             if tokens:
                 blend.append([tokens, shown(shard.local_dataset())])
-        parts = len(corpus_parts(self.settings))
-        return {"dataset": shown(self.folder()), "documents": documents, "tokens": sum(t for t, _ in blend),
+        parts, folder = len(corpus_parts(self.settings)), self.input_later()[0].folder  # every shard's files lie there
+        return {"dataset": shown(folder), "documents": documents, "tokens": sum(t for t, _ in blend),
                 "blend": blend, "parts": parts, "files": files}
 
 

@@ -259,3 +259,32 @@ def test_a_shards_verdicts_digest_changes_only_with_what_the_clusters_decide_for
     assert digest({"b": "a", "c": "n"}, [], "new-duplicate") != before  # c now duplicates a new document
     assert digest({"b": "m"}, [], "new-keeper") != before
     assert digest({"b": "a"}, ["b"], "exact") != before  # the same keeper, another reason
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_merge_of_sorted_streams_is_their_sorted_union_in_blocks_that_never_split_a_key(seed):
+    """merged_blocks against sorting everything at once: streams of few distinct keys (long runs of one key across
+    many blocks, streams ending early, empty ones) in blocks of random sizes."""
+    import numpy as np
+
+    from textmill.pipeline.dedup import merged_blocks
+
+    rng = np.random.default_rng(seed)
+    streams, everything, first = [], [], 0
+    for _ in range(rng.integers(1, 9)):
+        size = int(rng.integers(0, 60))
+        keys = np.sort(rng.integers(0, rng.integers(1, 12), size).astype(np.uint64))
+        numbers = np.arange(first, first + size, dtype=np.int64)  # a shard's documents, after the earlier shards'
+        first += size
+        everything.append((keys, numbers))
+        cuts = np.sort(rng.integers(0, size + 1, rng.integers(0, 6)))
+        streams.append(iter([(k, n) for k, n in zip(np.split(keys, cuts), np.split(numbers, cuts), strict=True) if len(k)]))
+    blocks = list(merged_blocks(streams))
+    keys = np.concatenate([k for k, _ in blocks] or [np.zeros(0, np.uint64)])
+    numbers = np.concatenate([n for _, n in blocks] or [np.zeros(0, np.int64)])
+    all_keys = np.concatenate([k for k, _ in everything])
+    all_numbers = np.concatenate([n for _, n in everything])
+    order = np.lexsort((all_numbers, all_keys))
+    assert keys.tolist() == all_keys[order].tolist() and numbers.tolist() == all_numbers[order].tolist()
+    seen = [set(k.tolist()) for k, _ in blocks]
+    assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])  # no key in two blocks
