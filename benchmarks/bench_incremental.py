@@ -3,7 +3,8 @@ pages (1%, 5% and 20% more) and runs again, in each form of the corpus ([run] co
 corpus, or parts). Per stage: the seconds its tasks ran on each day (the tasks' own time records, one worker: a task
 at a time), the tasks that ran, and day 2 / day 1; and the CPU seconds of the whole run (the process and its workers).
 
-    python benchmarks/bench_incremental.py [--archives 100] [--pages 150] [--growth 1 5 20] [--forms single parts]
+    python benchmarks/bench_incremental.py [--archives 100] [--pages 750] [--shard-mb 2] [--growth 1 5 20]
+        [--forms single parts] [--per-unit N]
 
 Each archive holds `--pages` generated articles of its own (textmill.demo.synthweb, a seed per archive) and is one
 unit of the run (`[warc] responses_per_shard` = pages). GPT-2's vocabulary is named (no BPE trained), training is
@@ -95,13 +96,13 @@ def cpu_seconds() -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archives", type=int, default=100, help="archives on day 1, each one unit")
-    p.add_argument("--pages", type=int, default=150, help="articles per archive (a unit's documents)")
+    p.add_argument("--pages", type=int, default=750, help="articles per archive (a unit's documents)")
     p.add_argument("--per-unit", type=int, default=0, help="[warc] responses_per_shard: pages per unit of work (0: an "
                    "archive a unit)")
     p.add_argument("--growth", type=int, nargs="+", default=[1, 5, 20], help="archives added on day 2, in percent")
     p.add_argument("--forms", nargs="+", default=["single", "parts"], choices=["single", "parts"],
                    help="[run] corpus_form of the runs: each growth is measured in each form")
-    p.add_argument("--shard-mb", type=float, default=0.25, help="[shuffle] target_shard_mb: the shuffle's shards (and "
+    p.add_argument("--shard-mb", type=float, default=2.0, help="[shuffle] target_shard_mb: the shuffle's shards (and "
                    "token files) follow the corpus's size, or in the parts form each part's")
     args = p.parse_args()
     print(f"# bench_incremental: {platform.node()}, {platform.processor() or platform.machine()}; day 1: "

@@ -14,8 +14,9 @@ corpus in memory:
 2. `band_keys_shard`, per shard: each of the `bands` LSH bands (`num_perm / bands` values) hashed to a
    64-bit key, the id hashed as one more band, and the words' hash as one more; each band sorted by key
    in runs of RUN_ROWS documents (an external sort: the memory of a run, whatever the shard's size).
-3. `band_pairs`, per band: a streaming merge of every shard's sorted runs; documents with equal keys are
-   candidates, each paired with the first of them. Memory: STREAM_ROWS keys per run, plus the pairs.
+3. `band_pairs`, per band: a streaming merge of every shard's sorted runs, a block of each at a time in NumPy
+   (`merged_blocks`); documents with equal keys are candidates, each paired with the first of them. Memory: about two
+   blocks of STREAM_ROWS keys per run, plus the pairs.
 4. `cluster_pairs`, once: candidate pairs confirmed, the words' hash band's by the whole hash, the LSH
    bands' by the Jaccard similarity the signatures estimate (>= threshold), joined by union-find; only the candidates'
    signatures are read, so memory follows the duplicates, not the documents. The keeper of a cluster is its first

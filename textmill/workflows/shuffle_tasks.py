@@ -10,6 +10,7 @@ their fan-out only once the plan has finished, and yield it then (Luigi's dynami
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -169,23 +170,24 @@ class ShuffleGather(RunTask):
         shard = shuffled_shard(self.folder(), self.bucket)
         return ShardTarget(shard, manifest_path(shard))
 
-    def part(self) -> tuple[list, int, int]:
+    @functools.cached_property
+    def gathered_from(self) -> tuple[list, int, int]:
         """Its part's scattered shards, and its own number and the shard count within the part (in the single form,
-        every scattered shard, its bucket and the plan's count)."""
+        every scattered shard, its bucket and the plan's count); asked once its plan is written (by reuse and make)."""
         given = self.input()
         part, first, count = part_of_bucket(given["plan"].record(), self.bucket)
         return [given["scattered"][i] for i in corpus_parts(self.settings)[part]], self.bucket - first, count
 
     def reuse_inputs(self) -> list[Path]:
-        return [scattered.local() for scattered in self.part()[0]]
+        return [scattered.local() for scattered in self.gathered_from[0]]
 
     def reuse_settings(self) -> tuple:
-        return *self.part()[1:], self.settings.run.seed
+        return *self.gathered_from[1:], self.settings.run.seed
 
     def make(self):
         from textmill.pipeline.shuffle import gather_bucket
 
-        scattered, bucket, count = self.part()
+        scattered, bucket, count = self.gathered_from
         for shard in scattered:  # the records, current here; gather_bucket reads only this bucket's row group of each
             fetch(shard.done)
         gather_bucket([s.shard for s in scattered], bucket, self.output().shard, count, self.settings.run.seed)
