@@ -41,6 +41,10 @@ REDDIT_LISTS: dict[RunConfig, tuple] = {}
 # the fan-out over the shuffled shards asks for it, to know its batch (batches.py).
 PLANNED_COUNTS: dict[object, int] = {}
 
+# A shuffle gather's inputs by its memo (ShuffleGather.gathered_from): asked by its reuse check and its make, and each
+# asking builds every scattered shard's target.
+GATHERED_FROM: dict[tuple, tuple] = {}
+
 # The units of each part of the corpus by (settings, URL list stamps) (parts.corpus_parts): read from the parts'
 # list once per process, so that a list written part-way through the run changes no task's key in it.
 CORPUS_PARTS: dict[tuple, tuple[tuple[int, ...], ...]] = {}
@@ -49,7 +53,7 @@ CORPUS_PARTS: dict[tuple, tuple[tuple[int, ...], ...]] = {}
 def forget() -> None:
     """Drop every memo: a run, a stage command or a status starts from the files as they are now (a URL
     list changed in place, inside a folder whose own time did not change, is read again)."""
-    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, REDDIT_LISTS, PLANNED_COUNTS, CORPUS_PARTS):
+    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, REDDIT_LISTS, PLANNED_COUNTS, CORPUS_PARTS, GATHERED_FROM):
         memo.clear()
     for cached in (_read_config, listed_inputs, listed_units, given_tokenizer):
         cached.cache_clear()

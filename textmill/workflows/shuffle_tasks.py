@@ -10,7 +10,6 @@ their fan-out only once the plan has finished, and yield it then (Luigi's dynami
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from textmill.run_file import RunConfig
 from textmill.workflows.classify_tasks import ClassifyShard, filtered
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
 from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
-from textmill.workflows.memos import PLANNED_COUNTS, run_config
+from textmill.workflows.memos import GATHERED_FROM, PLANNED_COUNTS, run_config
 from textmill.workflows.parts import corpus_parts, in_parts, part_of_bucket, write_ledger
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
 
@@ -170,24 +169,28 @@ class ShuffleGather(RunTask):
         shard = shuffled_shard(self.folder(), self.bucket)
         return ShardTarget(shard, manifest_path(shard))
 
-    @functools.cached_property
     def gathered_from(self) -> tuple[list, int, int]:
         """Its part's scattered shards, and its own number and the shard count within the part (in the single form,
-        every scattered shard, its bucket and the plan's count); asked once its plan is written (by reuse and make)."""
-        given = self.input()
-        part, first, count = part_of_bucket(given["plan"].record(), self.bucket)
-        return [given["scattered"][i] for i in corpus_parts(self.settings)[part]], self.bucket - first, count
+        every scattered shard, its bucket and the plan's count); asked once its plan is written, by reuse and make,
+        and made once (its inputs are every scattered shard's target)."""
+        memo = self.memo()
+        if memo not in GATHERED_FROM:
+            given = self.input()
+            part, first, count = part_of_bucket(given["plan"].record(), self.bucket)
+            GATHERED_FROM[memo] = ([given["scattered"][i] for i in corpus_parts(self.settings)[part]],
+                                   self.bucket - first, count)
+        return GATHERED_FROM[memo]
 
     def reuse_inputs(self) -> list[Path]:
-        return [scattered.local() for scattered in self.gathered_from[0]]
+        return [scattered.local() for scattered in self.gathered_from()[0]]
 
     def reuse_settings(self) -> tuple:
-        return *self.gathered_from[1:], self.settings.run.seed
+        return *self.gathered_from()[1:], self.settings.run.seed
 
     def make(self):
         from textmill.pipeline.shuffle import gather_bucket
 
-        scattered, bucket, count = self.gathered_from
+        scattered, bucket, count = self.gathered_from()
         for shard in scattered:  # the records, current here; gather_bucket reads only this bucket's row group of each
             fetch(shard.done)
         gather_bucket([s.shard for s in scattered], bucket, self.output().shard, count, self.settings.run.seed)
