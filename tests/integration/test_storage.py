@@ -196,6 +196,42 @@ def test_a_run_on_s3_gives_the_local_run_s_token_files_and_trains_from_a_local_c
     assert status.returncode == 0 and re.search(r"(\d+) task\(s\): \1 done, 0 pending", status.stdout), status.stdout
 
 
+def test_a_corpus_grown_in_parts_on_s3_takes_the_first_parts_files_on_a_machine_with_an_empty_cache(s3, tmp_path,
+                                                                                                      site):
+    """Day 1 of two URL lists on one machine, day 2 with the third on another (an empty cache): the earlier outputs a
+    day-2 task takes are fetched from the bucket, and the first part's token files are day 1's, byte for byte."""
+    from support.files import TEST_DATA
+    from textmill.workflows.memos import forget
+
+    root = tmp_path / "grown"
+    make_run(root, site, files=3)
+    third = (root / "urls" / "RS_2.txt").read_text()
+    (root / "urls" / "RS_2.txt").unlink()
+    upload_inputs(s3, root, "grown")
+    config = s3_config(root, "grown")
+    text = config.read_text().replace("vocab_size = 600", f'vocab_file = "{TEST_DATA / "gpt2-vocab.json"}"\n'
+                                      f'merge_file = "{TEST_DATA / "gpt2-merges.txt"}"')
+    config.write_text(text.replace("[run]\n", '[run]\ncorpus_form = "parts"\n'))
+    first = run_cli("run", str(config))
+    assert first.returncode == 0, first.stderr[-3000:]
+    day1 = json.loads(s3.cat(store.url_of(MergeDataset(str(config)).output().done)[5:]))["blend"]
+
+    s3.pipe("grown/input/urls/RS_2.txt", third.encode())
+    os.environ["TEXTMILL_CACHE"], cache = str(tmp_path / "other-cache"), os.environ["TEXTMILL_CACHE"]
+    try:
+        second = run_cli("run", str(config))
+        forget()  # this process's graph and paths: of day 1, under the other cache
+        day2 = json.loads(s3.cat(store.url_of(MergeDataset(str(config)).output().done)[5:]))
+    finally:
+        os.environ["TEXTMILL_CACHE"] = cache
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert day2["parts"] == 2 and day2["tasks"]["taken"] == len(day1), day2["tasks"]
+    assert re.search(r"^clean: .*tasks: 1 made, 2 taken from earlier output", second.stdout, re.M), second.stdout
+    for (_, before), (_, after) in zip(day1, day2["blend"], strict=False):  # the first part's shards, in order
+        for suffix in (".bin", ".idx"):
+            assert s3.cat(before[5:] + suffix) == s3.cat(after[5:] + suffix)
+
+
 def stage_objects(fs, bucket: str) -> dict[str, str]:
     """The ETag of every object the stages wrote (not the run records and reports, which each run adds)."""
     fs.invalidate_cache()
