@@ -25,7 +25,7 @@ import luigi.task_register
 
 from textmill.io.progress import progress, ticking
 from textmill.io.store import listed_folders
-from textmill.workflows.framework import RunTask
+from textmill.workflows.framework import ParamsOnce, RunTask
 from textmill.workflows.memos import run_config
 
 # [run] tasks_per_stage when it is 0: per worker process of a run that schedules its own work (Luigi's own scheduler
@@ -41,7 +41,7 @@ def tasks_per_stage(config: str, workers: int, scheduler_url: str | None) -> int
     return given or (WITH_CENTRAL_SCHEDULER if scheduler_url else PER_WORKER * workers)
 
 
-class Batch(luigi.Task):
+class Batch(ParamsOnce, luigi.Task):
     """Tasks `first` to `stop` (not included) of the class `family`'s stage, numbered by its `fanned_by`
     parameter (a task of a class that fans out by none: the task of `params` alone)."""
 

@@ -20,6 +20,7 @@ task there, since OUT is not keyed), and the folders of the steps before them li
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import luigi
@@ -43,7 +44,16 @@ Unit = LineUnit | RowUnit | Path
 def url_stamps(settings: RunConfig) -> tuple:
     """The modification and change times of the graph's input entries: a file added to a folder changes the
     folder's; an edit whose modification time was put back still changes the change time."""
-    return tuple((str(p), (p.stat().st_mtime_ns, p.stat().st_ctime_ns) if p.exists() else None) for p in graph_inputs(settings))
+    return tuple((str(p), _times(p)) for p in graph_inputs(settings))
+
+
+def _times(path: Path) -> tuple[int, int] | None:
+    """A path's modification and change times, None when it is not there (one system call: every key asks)."""
+    try:
+        stat = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def input_files(settings: RunConfig) -> tuple[Path, ...]:
@@ -76,7 +86,19 @@ def unit_name(unit: Unit) -> str:
     return shard_stem(unit) if isinstance(unit, Path) else unit.name
 
 
-class RunTask(luigi.Task, metaclass=SharedAcrossVariants):
+class ParamsOnce:
+    """Luigi lists a task class's parameters by walking dir(class) at every task it makes, which was a third of the
+    time of a large graph's walk (`textmill status` at 2,000 units): here the list is made once per class (textmill
+    adds no parameter to a class after its first task)."""
+
+    @classmethod
+    def get_params(cls):
+        if "_listed_params" not in cls.__dict__:
+            cls._listed_params = super().get_params()
+        return list(cls._listed_params)
+
+
+class RunTask(ParamsOnce, luigi.Task, metaclass=SharedAcrossVariants):
     """A task of the run described by `config`, writing into WORK/`stage`/KEY (a variant's task that has the
     key of an earlier variant's is that task: variant_tasks.py)."""
 
@@ -249,7 +271,7 @@ class ShardTask(RunTask):
         return ShardTarget(shard, manifest_path(shard))
 
 
-class GivenFile(luigi.ExternalTask):
+class GivenFile(ParamsOnce, luigi.ExternalTask):
     """Input unit `shard` of the graph: lines of a URL list of [run] urls, or a document file given to a
     stage command, whole or a unit of it. A unit is keyed by its own bytes and where it lies (its rows name
     their file and line): a line added to the end of a list changes no earlier unit's key."""
