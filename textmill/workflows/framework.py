@@ -203,14 +203,12 @@ class RunTask(ParamsOnce, luigi.Task, metaclass=SharedAcrossVariants):
         output = self.output()
         inputs = self.reuse_inputs() if self.reusable and self.settings.command is None else None
         output.begin()
-        if inputs is None:
+        taken = inputs is not None and reuse.take_earlier(self, inputs)
+        if not taken:
             self.make()
-        elif not reuse.take_earlier(self, inputs):
-            self.make()
-            output.commit()
-            reuse.remember(self)
-            return
         output.commit()
+        if inputs is not None and not taken:  # once committed: an index never names a folder without its output
+            reuse.remember(self)
 
     def reuse_inputs(self) -> list[Path]:
         """Of a reusable task: the local files (current here) whose bytes, with reuse_settings(), decide its output
