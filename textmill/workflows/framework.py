@@ -20,6 +20,7 @@ task there, since OUT is not keyed), and the folders of the steps before them li
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -48,11 +49,14 @@ def url_stamps(settings: RunConfig) -> tuple:
 
 
 def _times(path: Path) -> tuple[int, int] | None:
-    """A path's modification and change times, None when it is not there (one system call: every key asks)."""
+    """A path's modification and change times, None where Path.exists() says it is not there (missing, or a
+    symbolic link loop, which its command then names in one line); one system call: every key asks."""
     try:
         stat = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return None
+        raise
     return stat.st_mtime_ns, stat.st_ctime_ns
 
 
