@@ -114,15 +114,13 @@ class GPT2Tokenizer:
         import tiktoken
 
         vocab, merges = load_vocab_merges(vocab_file, merge_file)
-        # Each of the 256 symbols back to its byte, as the one-character string of that code point: a symbol's
-        # bytes are then one translate and one latin-1 encode, in C (a load is 150,000 symbols).
-        to_latin1 = str.maketrans({c: chr(b) for b, c in bytes_to_unicode().items()})
-        symbols = frozenset(bytes_to_unicode().values())
+        byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
 
         def to_bytes(symbol: str) -> bytes:
-            if not symbols.issuperset(symbol):
-                raise TextmillError(f"{merge_file}: symbol {symbol!r} is not byte-level BPE")
-            return symbol.translate(to_latin1).encode("latin-1")
+            try:
+                return bytes(byte_decoder[c] for c in symbol)
+            except KeyError:
+                raise TextmillError(f"{merge_file}: symbol {symbol!r} is not byte-level BPE") from None
 
         # Ranks as OpenAI defines them: the 256 bytes in map order, then one rank per merge.
         ranks = {bytes([b]): i for i, b in enumerate(bytes_to_unicode())}
