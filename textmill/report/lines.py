@@ -46,7 +46,7 @@ def stage_line(s: StageCounts) -> str:
     reasons = reasons_text(s.reasons)
     extra = f", {s.rows_out} rows out" if s.rows_out != s.kept else ""
     return (f"{s.stage}: {s.shards} shard(s), {s.input} in, {s.kept} kept, {s.rejected} rejected "
-            f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s{tasks_text(s.tasks)}]")
+            f"({reasons}){extra} -> {s.output} [{s.seconds:.1f}s{'; ' + tasks_text(s.tasks) if s.tasks else ''}]")
 
 
 def tasks_text(tasks: dict[str, int] | None) -> str:
@@ -54,7 +54,7 @@ def tasks_text(tasks: dict[str, int] | None) -> str:
     same input bytes, and those an earlier run had done."""
     if not tasks:
         return ""
-    return (f"; tasks: {tasks['made']} made, {tasks['taken']} taken from earlier output, {tasks['earlier']} done "
+    return (f"tasks: {tasks['made']} made, {tasks['taken']} taken from earlier output, {tasks['earlier']} done "
             "before this run")
 
 
@@ -271,7 +271,7 @@ def funnel_lines(record: RunRecord) -> list[str]:
             lines.append(STAGE_LINES[s.stage](record))
     corpus = record.corpus
     if corpus:
-        tasks = tasks_text(corpus.tasks).removeprefix("; ")
+        tasks = tasks_text(corpus.tasks)
         lines.append(f"tokenize: {corpus.documents:,} documents, {corpus.tokens:,} tokens -> {token_files(corpus)}"
                      + (f" [{tasks}]" if tasks else ""))
     return lines

@@ -126,7 +126,7 @@ def corpus_section(record: RunRecord) -> dict | None:
     charts = [histogram_chart(shapes[name], f"{name} per document") for name in ("characters", "tokens") if name in shapes]
     where = corpus.dataset if corpus.parts else corpus.dataset + ".bin"  # the parts form's folder of shards
     return {"charts": charts, "documents": corpus.documents, "tokens": corpus.tokens, "link": link(where, where),
-            "parts": corpus.parts, "tasks": tasks_text(corpus.tasks).removeprefix("; ")}
+            "parts": corpus.parts, "tasks": tasks_text(corpus.tasks)}
 
 
 def train_section(record: RunRecord) -> dict | None:

@@ -4,14 +4,15 @@ Every task after dedup lies in a folder keyed by dedup's clusters, and the clust
 added: a run grown by one archive would filter, clean, shuffle and tokenize every old unit again, though their
 documents are as they were. So a reusable task (RunTask.reusable: its `reuse_inputs()` name the local files its output
 is made from; dedup's filter, cleanup, the quality rules, the shuffle's scatter and gather, decontamination's passes,
-tokenization) records, once its output is committed, a reuse key (its stage, its name, its inputs' sha256, its `reuse_settings()`,
-textmill's version) with the folder and files that hold it, in WORK/.textmill/reuse/STAGE/. A later task of the same
-reuse key copies those files (hard links where the disk allows) into its own folder instead of making them.
+tokenization) records, once its output is committed, a reuse key (its stage, its name, its inputs' sha256, its
+`reuse_settings()`, textmill's version) with the folder and files that hold it, in WORK/.textmill/reuse/STAGE/. A
+later task of the same reuse key copies those files (hard links where the disk allows) into its own folder instead of
+making them.
 
 The inputs' bytes decide: an input that changed by one byte gives another key, and where the earlier done file
 records its inputs' checksums (a shard's manifest: its documents' files, listed first) they are checked again before
-the copy. The copy's done file
-names the folder it came from (`reused_from`), which is how a stage's record counts the tasks it did not redo.
+the copy. The copy's done file names the folder it came from (`reused_from`), which is how a stage's record counts
+the tasks it did not redo.
 """
 
 from __future__ import annotations

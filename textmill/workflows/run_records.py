@@ -15,8 +15,8 @@ from textmill.errors import TextmillError
 from textmill.io.files import atomic_path, write_json
 from textmill.io.store import listed_folders, publish
 from textmill.report.record import CorpusTokens, Evaluation, Export, RunRecord, StageCounts, Training
-from textmill.workflows.framework import RunTask, graph
 from textmill.run_file import RunConfig
+from textmill.workflows.framework import RunTask, graph
 from textmill.workflows.memos import forget, run_config
 from textmill.workflows.model_tasks import EndToEnd
 from textmill.workflows.records import FAILURES, as_of_this_run, read_record, task_seconds
@@ -68,12 +68,13 @@ def add_corpus(record: RunRecord, settings: RunConfig) -> None:
     its counts, reasons, time, examples and own figures, one file a stage), and the merged token files."""
     config = str(settings.path)
     for stage in run_stages(settings):
-        done = StageRecord(config, stage.name).output()
+        stage_record = StageRecord(config, stage.name)
+        done = stage_record.output()
         if not done.exists():
             break
         found = read(done.done)
         counts = StageCounts.from_dict(found.pop("funnel"))
-        record.funnel.append(replace(counts, tasks=as_of_this_run(StageRecord(config, stage.name), counts.tasks)))
+        record.funnel.append(replace(counts, tasks=as_of_this_run(stage_record, counts.tasks)))
         record.samples[stage.name] = found.pop("samples")
         record.seconds_per_stage.update(found.pop("seconds_per_stage"))
         for figure, value in found.items():  # the stage's own figures (stages.Stage.part)
