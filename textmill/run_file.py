@@ -221,6 +221,16 @@ class RunConfig:
     ablation: Ablation | None = None  # the file's [ablation] table, read
     variant: str | None = None  # "NAME@SEED" when these are a variant's settings (textmill.variants)
 
+    def __hash__(self) -> int:
+        # Every task's memos are keyed by its run's settings, asked hundreds of thousands of times in a large graph's
+        # walk: the hash of the nested tables is computed once (the fields are frozen).
+        if "_hash" not in self.__dict__:
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+        return self.__dict__["_hash"]
+
+    def __getstate__(self) -> dict:
+        return {name: value for name, value in self.__dict__.items() if name != "_hash"}  # a string's hash is per process
+
 
 # The corpus stages in graph order, each a command that runs it alone, with the folder of WORK its output is in
 # (where the command writes straight into its output folder). workflows/stages.py gives each its tasks.

@@ -67,16 +67,22 @@ def local_path(text: str) -> Path:
 
 def url_of(path: Path) -> str | None:
     """The URL a mirrored path stands for, or None for a local file."""
-    return _url_of(str(path), cache_root(), os.getcwd())
-
-
-@functools.lru_cache(maxsize=1 << 16)  # every task asks of its files, many times: resolving a path is system calls
-def _url_of(path: str, root: Path, cwd: str) -> str | None:
-    try:
-        protocol, *parts = Path(path).resolve().relative_to(root).parts
-    except (ValueError, RuntimeError, OSError):  # not under the cache; or a symbolic link loop, local either way
+    whole = os.path.join(os.getcwd(), path)
+    folder, name = os.path.split(whole)
+    if name in ("", ".", "..") or os.path.islink(whole):  # its own name a link (or a step): where it leads decides
+        real = os.path.realpath(whole)
+    else:
+        real = os.path.join(_real_folder(folder), name)
+    root = f"{cache_root()}{os.sep}"
+    if not real.startswith(root):
         return None
-    return f"{protocol}://{'/'.join(parts)}" if parts else None
+    protocol, _, rest = real[len(root):].partition(os.sep)
+    return f"{protocol}://{rest}" if rest else None
+
+
+@functools.lru_cache(maxsize=1 << 12)  # every task asks of its files, many times: resolving a folder is system calls
+def _real_folder(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 def shown(path: Path) -> str:

@@ -114,24 +114,31 @@ class GivenBatch(Batch):
 
 def batch_of(task: luigi.Task, per_stage: int) -> Batch:
     """The batch that holds `task` when its stage is cut into at most `per_stage` batches."""
-    kind = GivenBatch if task.run is None else Batch
+    return batch_at(batch_place(task, per_stage), per_stage)
+
+
+def batch_place(task: luigi.Task, per_stage: int) -> tuple:
+    """Which batch holds `task`: whether its tasks are given, their run file, class and range, and the parameters of
+    a task that fans out by none (a tuple, cheap to compare: a band of dedup asks it of every unit's task)."""
+    given = task.run is None
     fanned_by = getattr(task, "fanned_by", None)
     if fanned_by is None:
-        params = {name: value for name, value in task.to_str_params().items() if name != "config"}
-        return kind(task.config, task.task_family, 0, 1, per_stage, params)
+        params = tuple((name, value) for name, value in task.to_str_params().items() if name != "config")
+        return given, task.config, task.task_family, 0, 1, params
     number, count = getattr(task, fanned_by), task.fan_count()
     # min(per_stage, count) batches whose sizes differ by one at most (10 tasks in 8: six of 1, two of 2, not
     # five of 2), so that the workers' last round of a stage is as short as it can be.
     batches = min(per_stage, count)
     index = ((number + 1) * batches - 1) // count  # the batch i with i*count//batches <= number < (i+1)*...
-    return kind(task.config, task.task_family, index * count // batches, (index + 1) * count // batches, per_stage)
+    return given, task.config, task.task_family, index * count // batches, (index + 1) * count // batches, ()
+
+
+def batch_at(place: tuple, per_stage: int) -> Batch:
+    given, config, family, first, stop, params = place
+    return (GivenBatch if given else Batch)(config, family, first, stop, per_stage, dict(params))
 
 
 def batched(tasks: list[luigi.Task], per_stage: int, leaving_out: str | None = None) -> list[Batch]:
     """The batches that hold `tasks`, each once, in the order of the tasks (but `leaving_out`'s)."""
-    batches: dict[str, Batch] = {}
-    for task in tasks:
-        batch = batch_of(task, per_stage)
-        if batch.task_id != leaving_out:
-            batches.setdefault(batch.task_id, batch)
-    return list(batches.values())
+    places = dict.fromkeys(batch_place(task, per_stage) for task in tasks)
+    return [batch for batch in (batch_at(place, per_stage) for place in places) if batch.task_id != leaving_out]

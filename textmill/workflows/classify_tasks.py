@@ -15,7 +15,7 @@ from pathlib import Path
 from textmill.io.files import LOOSE_JSON_SUFFIXES, file_fingerprint, given_files
 from textmill.pipeline.shards import record_path
 from textmill.workflows.corpus_tasks import CleanShard, MapShard, QualityShard
-from textmill.workflows.framework import RunTask, num_shards
+from textmill.workflows.framework import RunTask, every_unit
 from textmill.workflows.memos import run_config
 from textmill.workflows.targets import WorkTarget
 
@@ -41,7 +41,7 @@ class TrainClassifier(RunTask):
         cfg = self.settings.classify
         if cfg.model is not None or cfg.negatives:
             return []
-        return [filtered(self.config, i) for i in range(num_shards(self.settings))]
+        return every_unit(filtered, self.config)
 
     def own_settings(self) -> tuple:
         cfg = self.settings.classify

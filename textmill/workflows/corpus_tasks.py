@@ -27,21 +27,15 @@ from textmill.workflows.framework import (
     GivenFile,
     RunTask,
     ShardTask,
+    every_unit,
     given_or,
     input_units,
     key_of,
-    num_shards,
     url_stamps,
 )
-from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer, run_config
+from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer, run_config, url_rules
 from textmill.workflows.source_tasks import WarcShard
 from textmill.workflows.targets import ShardTarget, WorkTarget
-
-
-def url_rules(settings: RunConfig):
-    from textmill.pipeline.blacklist import UrlRules
-
-    return UrlRules.with_extra(settings.blacklist)
 
 
 def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
@@ -49,7 +43,7 @@ def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
     unit before it (computed in one pass; a task asking for its predecessor's key would recurse as deep as
     there are units)."""
     if (settings, stamps) not in BLACKLIST_KEYS:
-        keys, previous, params = [], None, url_rules(settings).params()
+        keys, previous, params = [], None, url_rules(settings.blacklist).params()
         for unit in input_units(settings):
             previous = key_of("blacklist", previous, unit.name, unit.first_line, unit.sha256, params)
             keys.append(previous)
@@ -66,7 +60,7 @@ class BlacklistCheck(ShardTask):
         return GivenFile(self.config, self.shard)
 
     def own_settings(self) -> tuple:
-        return url_rules(self.settings).params(), self.settings.blacklist.duplicate_partitions
+        return url_rules(self.settings.blacklist).params(), self.settings.blacklist.duplicate_partitions
 
     def target(self) -> ShardTarget:
         from textmill.pipeline.blacklist import checked_record, ids_path
@@ -79,7 +73,8 @@ class BlacklistCheck(ShardTask):
 
         given = self.input()
         given.local()
-        check_unit(given.unit, self.output().shard, url_rules(self.settings), self.settings.blacklist.duplicate_partitions)
+        blacklist = self.settings.blacklist
+        check_unit(given.unit, self.output().shard, url_rules(blacklist), blacklist.duplicate_partitions)
 
 
 class BlacklistDuplicates(RunTask):
@@ -93,7 +88,7 @@ class BlacklistDuplicates(RunTask):
         return self.settings.blacklist.duplicate_partitions
 
     def requires(self):
-        return [BlacklistCheck(self.config, i) for i in range(num_shards(self.settings))]
+        return every_unit(BlacklistCheck, self.config)
 
     def target(self) -> WorkTarget:
         return WorkTarget(self.folder(), self.folder() / f"part-{self.partition:05d}.parquet")
@@ -126,7 +121,7 @@ class BlacklistShard(ShardTask):
 
         given = self.input()
         blacklist_shard(given["check"].local(), self.shard, [d.local() for d in given["duplicates"]],
-                        self.output().shard, url_rules(self.settings))
+                        self.output().shard, url_rules(self.settings.blacklist))
 
 
 class MapShard(ShardTask):
@@ -276,7 +271,7 @@ class DedupBand(RunTask):
         return self.settings.dedup.bands + 1 + self.settings.dedup.exact_duplicates
 
     def requires(self):
-        return [DedupBandKeys(self.config, i) for i in range(num_shards(self.settings))]
+        return every_unit(DedupBandKeys, self.config)
 
     def own_settings(self) -> tuple:
         return (self.settings.dedup.params(),)
@@ -299,10 +294,9 @@ class DedupClusters(RunTask):
     stage = "3-dedup"
 
     def requires(self):
-        shards = range(num_shards(self.settings))
         return {"pairs": [DedupBand(self.config, b) for b in range(DedupBand(self.config, 0).fan_count())],
-                "keys": [DedupBandKeys(self.config, i) for i in shards],
-                "signatures": [SignatureShard(self.config, i) for i in shards]}
+                "keys": every_unit(DedupBandKeys, self.config),
+                "signatures": every_unit(SignatureShard, self.config)}
 
     def own_folder(self):
         return self.requires()["pairs"][0].output().folder

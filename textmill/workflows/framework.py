@@ -31,7 +31,16 @@ from textmill.io.store import listed_folders
 from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import CORPUS_STAGES, RunConfig
 from textmill.pipeline.units import LineUnit, RowUnit
-from textmill.workflows.memos import TASK_FOLDERS, TASK_KEYS, key_of, listed_inputs, listed_units, run_config
+from textmill.workflows.memos import (
+    PINNED_STAMPS,
+    TASK_FOLDERS,
+    TASK_KEYS,
+    UNIT_TASKS,
+    key_of,
+    listed_inputs,
+    listed_units,
+    run_config,
+)
 from textmill.workflows.sources import dump_files, graph_inputs, input_kind
 from textmill.workflows.targets import CommandOutput, ShardTarget, UnitTarget, WorkTarget
 from textmill.workflows.variant_tasks import SharedAcrossVariants
@@ -43,9 +52,12 @@ Unit = LineUnit | RowUnit | Path
 
 
 def url_stamps(settings: RunConfig) -> tuple:
-    """The modification and change times of the graph's input entries: a file added to a folder changes the
-    folder's; an edit whose modification time was put back still changes the change time."""
-    return tuple((str(p), _times(p)) for p in graph_inputs(settings))
+    """The modification and change times of the graph's input entries when first asked since memos.forget(): a file
+    added to a folder changes the folder's; an edit whose modification time was put back still changes the change
+    time."""
+    if settings not in PINNED_STAMPS:
+        PINNED_STAMPS[settings] = tuple((str(p), _times(p)) for p in graph_inputs(settings))
+    return PINNED_STAMPS[settings]
 
 
 def _times(path: Path) -> tuple[int, int] | None:
@@ -83,6 +95,15 @@ def input_units(settings: RunConfig) -> tuple[Unit, ...]:
 
 def num_shards(settings: RunConfig) -> int:
     return len(input_units(settings))
+
+
+def every_unit(task_of, config: str) -> list:
+    """`task_of(config, shard)` for every input unit of the run `config`, in order: what a reduce step requires (every
+    band of dedup, every partition of the blacklist), made once (since memos.forget()), not once per reduce task."""
+    memo = task_of, config
+    if memo not in UNIT_TASKS:
+        UNIT_TASKS[memo] = tuple(task_of(config, shard) for shard in range(num_shards(run_config(config))))
+    return list(UNIT_TASKS[memo])
 
 
 def unit_name(unit: Unit) -> str:
@@ -136,8 +157,8 @@ class RunTask(ParamsOnce, luigi.Task, metaclass=SharedAcrossVariants):
         return luigi.task.flatten(self.requires())
 
     def memo(self) -> tuple:
-        """What this task's key and folder are computed once per: its id, the settings, the URL lists."""
-        return self.task_id, self.settings, url_stamps(self.settings)
+        """What this task's key and folder are computed once per (since memos.forget()): its id and the settings."""
+        return self.task_id, self.settings
 
     def key(self) -> str:
         """The hash naming this task's output folder. Keys are chains (a dedup key holds every shard's

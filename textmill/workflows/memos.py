@@ -2,7 +2,8 @@
 many times while it builds and walks the graph (tens of thousands of times for a large run); without
 these, the walk re-reads the run file, lists the URL folders and recomputes chained keys at each question,
 which made it quadratic in the number of URL list files. Each memo is keyed by what can change its value
-(the settings, file modification times), so a changed file is read again; none outlives the process.
+(the settings, file modification times), and all are dropped by forget(), which a run, a stage command and a
+status call first; none outlives the process.
 textmill.io.files keeps the two memos about files (fingerprints, damage already reported).
 """
 
@@ -50,31 +51,37 @@ GATHERED_FROM: dict[tuple, tuple] = {}
 CORPUS_PARTS: dict[tuple, tuple[tuple[int, ...], ...]] = {}
 
 
+# The run's settings by run file (or variant), and the times of the graph's input entries by settings, as they were
+# when this process first asked since forget(): a large graph's walk asks at every task (1.5 million times at 8,000
+# units), and one run sees one version of its run file and URL lists throughout.
+PINNED_CONFIGS: dict[str, RunConfig] = {}
+PINNED_STAMPS: dict[RunConfig, tuple] = {}
+
+# A run's tasks by the arguments they were made with (variant_tasks.SharedAcrossVariants): which variant's task a
+# variant shares depends on keys, so on the files.
+TASKS_MADE: dict[tuple, object] = {}
+
+# Every unit's task of a kind by (what makes it, run file) (framework.every_unit): a reduce step requires them all.
+UNIT_TASKS: dict[tuple, tuple] = {}
+
+
 def forget() -> None:
-    """Drop every memo: a run, a stage command or a status starts from the files as they are now (a URL
-    list changed in place, inside a folder whose own time did not change, is read again)."""
-    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, REDDIT_LISTS, PLANNED_COUNTS, CORPUS_PARTS, GATHERED_FROM):
+    """Drop every memo: a run, a stage command or a status starts from the files as they are now (a run file or
+    URL list changed in place, inside a folder whose own time did not change, is read again)."""
+    for memo in (TASK_KEYS, TASK_FOLDERS, BLACKLIST_KEYS, REDDIT_LISTS, PLANNED_COUNTS, CORPUS_PARTS, GATHERED_FROM,
+                 PINNED_CONFIGS, PINNED_STAMPS, TASKS_MADE, UNIT_TASKS):
         memo.clear()
-    for cached in (_read_config, listed_inputs, listed_units, given_tokenizer):
+    for cached in (listed_inputs, listed_units, given_tokenizer, url_rules):
         cached.cache_clear()
 
 
 def run_config(config: str) -> RunConfig:
-    """The run's configuration (or a variant's: textmill.variants), read again only when the file changes."""
-    path, variant, seed = split_variant(config)
-    path = _resolved(path)
-    named = str(path) if variant is None else variant_config(path, variant, seed)
-    return _read_config(named, path.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _resolved(config: str) -> Path:
-    return Path(config).resolve()
-
-
-@functools.lru_cache(maxsize=64)  # an ablation reads a configuration per variant and seed
-def _read_config(config: str, stamp: int) -> RunConfig:
-    return load_config(config)
+    """The run's configuration (or a variant's: textmill.variants), as it was when first asked since forget()."""
+    if config not in PINNED_CONFIGS:
+        path, variant, seed = split_variant(config)
+        path = Path(path).resolve()
+        PINNED_CONFIGS[config] = load_config(str(path) if variant is None else variant_config(path, variant, seed))
+    return PINNED_CONFIGS[config]
 
 
 @functools.lru_cache(maxsize=8)
@@ -105,3 +112,12 @@ def listed_units(given: tuple[Path, ...], stamps: tuple, kind: str, per_unit: in
 def given_tokenizer(tokenize):
     """The tokenizer a TokenizeConfig names, loaded once per process (every cleaned unit counts tokens with it)."""
     return tokenize.given_tokenizer()
+
+
+@functools.lru_cache(maxsize=4)
+def url_rules(blacklist):
+    """The URL rules a BlacklistConfig gives (the bundled lists and the user's), read once per process: every
+    unit's check is keyed by them."""
+    from textmill.pipeline.blacklist import UrlRules
+
+    return UrlRules.with_extra(blacklist)

@@ -21,7 +21,7 @@ from textmill.pipeline.shards import manifest_path, record_path, shard_stem
 from textmill.run_file import RunConfig
 from textmill.workflows.classify_tasks import ClassifyShard, filtered
 from textmill.workflows.corpus_tasks import CleanShard, QualityShard
-from textmill.workflows.framework import GivenFile, RunTask, ShardTask, given_or, given_unit, key_of, num_shards
+from textmill.workflows.framework import GivenFile, RunTask, ShardTask, every_unit, given_or, given_unit, key_of
 from textmill.workflows.memos import GATHERED_FROM, PLANNED_COUNTS, run_config
 from textmill.workflows.parts import corpus_parts, in_parts, part_of_bucket, write_ledger
 from textmill.workflows.targets import ShardSet, ShardTarget, WorkTarget
@@ -79,7 +79,7 @@ class ShufflePlan(RunTask):
     stage = "5-shuffle"
 
     def requires(self):
-        return [cleaned(self.config, i) for i in range(num_shards(self.settings))]
+        return every_unit(cleaned, self.config)
 
     def own_settings(self) -> tuple:
         return (*shuffle_settings(self.settings), *((corpus_parts(self.settings),) if in_parts(self.settings) else ()))
@@ -160,7 +160,7 @@ class ShuffleGather(RunTask):
 
     def requires(self):
         return {"plan": ShufflePlan(self.config),
-                "scattered": [ShuffleScatter(self.config, i) for i in range(num_shards(self.settings))]}
+                "scattered": every_unit(ShuffleScatter, self.config)}
 
     def own_folder(self) -> Path:
         return self.input_of("plan").folder
@@ -236,7 +236,7 @@ class GivenShards(luigi.Task):
     config = luigi.Parameter(description="the stage command's file")
 
     def requires(self):
-        return [given_unit(self.config, i) for i in range(num_shards(run_config(self.config)))]
+        return every_unit(given_unit, self.config)
 
     def key(self) -> str:
         return key_of([given.key() for given in self.requires()])

@@ -28,7 +28,7 @@ from textmill.run_file import RunConfig
 from textmill.workflows import corpus_tasks as c
 from textmill.workflows.classify_tasks import ClassifyShard, TrainClassifier
 from textmill.workflows import shuffle_tasks as s
-from textmill.workflows.framework import RunTask, ShardTask, num_shards
+from textmill.workflows.framework import RunTask, ShardTask, every_unit
 from textmill.workflows.memos import run_config
 from textmill.workflows.records import stage_tasks
 from textmill.workflows.source_tasks import RedditLinks, WarcShard, source_tasks
@@ -36,7 +36,7 @@ from textmill.workflows.source_tasks import RedditLinks, WarcShard, source_tasks
 
 def per_unit(kind: type) -> Callable[[str], list]:
     """A task of class `kind` per input unit of the run `config`."""
-    return lambda config: [kind(config, i) for i in range(num_shards(run_config(config)))]
+    return lambda config: every_unit(kind, config)
 
 
 def read(path: Path) -> dict:

@@ -16,10 +16,21 @@ from textmill.variants import MARK
 
 
 class SharedAcrossVariants(Register):
-    """Luigi's task metaclass, which also makes a variant's task as the first variant whose task has its key."""
+    """Luigi's task metaclass, which also makes a variant's task as the first variant whose task has its key, and
+    hands out a task asked for again with the same arguments without Luigi's parsing of them (about 14 µs a task, and
+    a large graph's walk asks for each task 15 times: every band of dedup requires every unit's keys)."""
 
     def __call__(cls, *args, **kwargs):
-        return shared(super().__call__(*args, **kwargs))
+        from textmill.workflows.memos import TASKS_MADE
+
+        asked = (cls, args, tuple(sorted(kwargs.items())))
+        try:
+            return TASKS_MADE[asked]
+        except KeyError:
+            made = TASKS_MADE[asked] = shared(super().__call__(*args, **kwargs))
+            return made
+        except TypeError:  # an argument that cannot be a key (none of textmill's tasks takes one)
+            return shared(super().__call__(*args, **kwargs))
 
 
 def shared(task):
