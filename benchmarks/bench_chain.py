@@ -2,23 +2,29 @@
 datatrove, on one generated corpus, with the verdicts compared and a profile split.
 
     python benchmarks/bench_chain.py [--documents 5000] [--files 10] [--rounds 3] [--against REV] [--workers 1 2]
-                                     [--stages quality decontaminate dedup clean] [--preset gopher] [--no-datatrove] [--profile]
+                                     [--stages quality decontaminate dedup clean chain] [--preset gopher]
+                                     [--real-texts] [--no-datatrove] [--profile]
 
 The corpus: --documents generated documents (textmill.demo.synthweb.corpus_documents, seed 1: articles of
 real-ish prose, near-duplicate and case-changed copies, boilerplate-repeating and list pages, short notes,
-French, German and Spanish pages, LAMBADA passages planted in some articles), in --files JSON-lines files. Each
+French, German and Spanish pages, LAMBADA passages planted in some articles), with --real-texts the repository's
+861 real web texts spread through them, in --files JSON-lines files. Each
 stage runs as `textmill <stage>` runs it (workflows.commands.run_stage, Luigi included) on that corpus alone,
 in a fresh process per variant and round; variants are interleaved (REV, this checkout, datatrove, then
 again) so a busy spell of the shared machine hits each alike; the fastest of --rounds counts. REV runs from a
 git worktree of that revision with this script. Settings: quality --preset (gopher; c4 and fineweb have no datatrove
 cell); decontaminate against
-tests/data/lambada_test.jsonl; dedup and clean their defaults.
+tests/data/lambada_test.jsonl; dedup and clean their defaults. `chain`: dedup, clean, quality and `textmill
+tokenize` (GPT-2's vocabulary), each on the one before's kept documents. Each stage's wall seconds and the CPU seconds
+of its process tree (the process's and its ended children's: getrusage) are reported.
 
 datatrove 0.10 (the test extra) runs the same Gopher filters (GopherRepetitionFilter, GopherQualityFilter) and
 its MinHash deduplication (signatures, buckets, clusters, filter: 14 buckets of 8 hashes, its defaults; sha1
 shingle hashes, as its default xxhash fails with xxhash 4: "Strings must be encoded before hashing") on the
-same files with as many tasks as workers. Its decontamination (NGramsDecontFilter) and language filter fetch
-their data from the Hugging Face hub, which this benchmark does not reach: those cells stay empty.
+same files with as many tasks as workers; its chain is that deduplication, then FTFYFormatter, the Gopher filters
+and its DocumentTokenizer with GPT-2's vocabulary in one pipeline. Its decontamination (NGramsDecontFilter) and
+language filter fetch their data from the Hugging Face hub, which this benchmark does not reach: those cells stay
+empty.
 
 Verdicts: each document's (kept or reason, sha1 of the kept text) per stage; the table counts the documents
 whose verdict differs from REV's, and for quality the documents datatrove keeps and textmill rejects or the
@@ -30,7 +36,9 @@ ftfy's and fastText's), libraries' Python, Luigi, the standard library's Python 
 system (I/O, memory); threads waiting are left out. A sampler charges nothing to the code it watches, unlike
 cProfile, which makes Python calls look heavier than they are, and it sees the C work map() and numpy do for
 Python code as C work. Beside it, the same samples charged to their innermost Python frame (a C call counted with
-the Python that made it, as py-spy without --native counts), and textmill's largest per-document functions.
+the Python that made it, as py-spy without --native counts), and by the outermost library on the stack (issue 67's
+count: a sample under a library is that library's however textmill called it, imports apart; else the innermost
+Python frame's owner), and textmill's largest per-document functions.
 """
 
 from __future__ import annotations
@@ -52,14 +60,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAMBADA = ROOT / "tests" / "data" / "lambada_test.jsonl"
+WEB_TEXTS = ROOT / "tests" / "data" / "web-texts.jsonl.gz"
+GPT2_VOCAB, GPT2_MERGES = ROOT / "tests" / "data" / "gpt2-vocab.json", ROOT / "tests" / "data" / "gpt2-merges.txt"
+# The chain: each step on the one before's kept documents (textmill: each stage as its command runs it, then
+# `textmill tokenize`; datatrove: its MinHash dedup, then one pipeline of FTFYFormatter, the Gopher filters and its
+# DocumentTokenizer with the same vocabulary; its language filter fetches its model from the hub and is left out).
+CHAIN = ("dedup", "clean", "quality", "tokenize")
 
 
-def write_corpus(folder: Path, documents: int, files: int) -> Path:
+def write_corpus(folder: Path, documents: int, files: int, real_texts: bool = False) -> Path:
+    """The generated corpus, with the repository's 861 real web texts (tests/data/web-texts.jsonl.gz) spread through
+    it when `real_texts`."""
+    import gzip
+
     from textmill.demo.synthweb import corpus_documents
 
     planted = tuple(json.loads(line)["text"] for line in LAMBADA.read_text().splitlines()[:50])
     folder.mkdir(parents=True)
     rows = list(corpus_documents(1, documents, planted))
+    if real_texts:
+        real = [json.loads(line) for line in gzip.open(WEB_TEXTS, "rt")]
+        every = max(1, len(rows) // len(real))
+        for k, row in enumerate(real):  # one real text after every `every` generated ones
+            rows.insert(k * (every + 1) + every, {"id": f"web-{row['id']}", "text": row["text"]})
     for k in range(files):
         with open(folder / f"part-{k:02d}.jsonl", "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows[k::files])
@@ -84,10 +107,28 @@ def textmill_stage(stage: str, corpus: Path, out: Path, workers: int, preset: st
 
     settings = {"quality": {"quality": QualityConfig(preset=preset)}, "dedup": {"dedup": DedupConfig()},
                 "decontaminate": {"decontaminate": DecontaminateConfig(eval_files=(LAMBADA,))},
-                "clean": {"clean": CleanConfig()}}[stage]
+                "clean": {"clean": CleanConfig()}}
     started = time.perf_counter()
-    run_stage(stage, [str(corpus)], out, settings, workers)
+    if stage != "chain":
+        run_stage(stage, [str(corpus)], out, settings[stage], workers)
+        return time.perf_counter() - started
+    given = corpus
+    for step in CHAIN[:-1]:
+        run_stage(step, [str(given)], out / step, settings[step], workers)
+        given = out / step
+    tokenize_kept(given, out / "tokens", workers)
     return time.perf_counter() - started
+
+
+def tokenize_kept(shards: Path, out: Path, workers: int) -> None:
+    """`textmill tokenize` of the kept shards with GPT-2's vocabulary, as the chain's last step."""
+    from textmill.pipeline.shards import list_shards
+    from textmill.tokenizers.preprocess import tokenize_files
+    from textmill.tokenizers.tokenize_config import TokenizeConfig
+
+    config = TokenizeConfig(vocab_file=GPT2_VOCAB, merge_file=GPT2_MERGES, workers=workers)
+    out.mkdir(parents=True)
+    tokenize_files(list_shards([shards]), out / "corpus", config.given_tokenizer(), config, progress=False)
 
 
 def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int, preset: str = "gopher") -> float | None:
@@ -125,9 +166,30 @@ def datatrove_stage(stage: str, corpus: Path, out: Path, workers: int, preset: s
                        buckets)
         run([reader(), MinhashDedupFilter(str(out / "remove")), JsonlWriter(str(out / "kept"))], files, "filter",
             clusters).run()
+    elif stage == "chain":
+        from datatrove.pipeline.filters import GopherQualityFilter, GopherRepetitionFilter
+        from datatrove.pipeline.formatters import FTFYFormatter
+        from datatrove.pipeline.tokens import DocumentTokenizer
+
+        datatrove_stage("dedup", corpus, out / "dedup", workers)
+        deduplicated = JsonlReader(str(out / "dedup" / "kept"), id_key="id")
+        run([deduplicated, FTFYFormatter(), GopherRepetitionFilter(), GopherQualityFilter(),
+             JsonlWriter(str(out / "kept")),
+             DocumentTokenizer(str(out / "tokens"), tokenizer_name_or_path=str(gpt2_tokenizer_json(out)),
+                               eos_token="<|endoftext|>", shuffle_documents=False)],
+            files, "clean-quality-tokenize").run()
     else:
         return None
     return time.perf_counter() - started
+
+
+def gpt2_tokenizer_json(out: Path) -> Path:
+    """GPT-2's vocabulary and merges (tests/data) as the tokenizers library's one file, which datatrove loads."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    path = out / "gpt2-tokenizer.json"
+    ByteLevelBPETokenizer(str(GPT2_VOCAB), str(GPT2_MERGES)).save(str(path))
+    return path
 
 
 def datatrove_kept(out: Path) -> set[str]:
@@ -136,19 +198,30 @@ def datatrove_kept(out: Path) -> set[str]:
     return {json.loads(line)["id"] for path in (out / "kept").glob("*.jsonl.gz") for line in gzip.open(path, "rt")}
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (Luigi's and datatrove's workers)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def child(args) -> None:
-    """One variant's stages in this process; prints {stage: {"seconds", ...}} as one JSON line."""
+    """One variant's stages in this process; prints {stage: {"seconds", "cpu", ...}} as one JSON line."""
     corpus, out = Path(args.corpus), Path(args.out)
     result = {}
     for stage in args.stages:
         folder = out / stage
+        cpu = cpu_seconds()
         if args.variant == "datatrove":
             seconds = datatrove_stage(stage, corpus, folder, args.workers[0], args.preset)
             result[stage] = None if seconds is None else {
-                "seconds": seconds, "kept": sorted(datatrove_kept(folder)) if stage == "quality" else None}
+                "seconds": seconds, "kept": sorted(datatrove_kept(folder)) if stage in ("quality", "chain") else None}
         else:
             seconds = textmill_stage(stage, corpus, folder, args.workers[0], args.preset)
-            result[stage] = {"seconds": seconds, "verdicts": verdicts(folder)}
+            result[stage] = {"seconds": seconds, "verdicts": verdicts(folder / "quality" if stage == "chain" else folder)}
+        if result[stage] is not None:
+            result[stage]["cpu"] = cpu_seconds() - cpu
     print(json.dumps(result))
 
 
@@ -163,6 +236,8 @@ _INTERPRETER = re.compile(r"(_PyEval|_Py_Dealloc|Py_DECREF|Py_INCREF|_PyObject_V
 def python_kind(frame: str) -> str:
     """Whose Python a py-spy frame ("function (file:line)") runs."""
     file = _PYTHON_FRAME.search(frame).group(1) if frame else ""
+    if file.endswith("bench_chain.py"):
+        return "this benchmark (reading the verdicts)"
     if file.startswith("textmill/workflows/"):
         return "textmill Python, workflow"
     if file.startswith("textmill/"):
@@ -173,10 +248,28 @@ def python_kind(frame: str) -> str:
     return "standard library Python" if file.startswith("<") or top in STDLIB else "library Python"
 
 
-def sample_kinds(stack: str) -> tuple[str, str, str] | None:
+_SYSTEM = ("libc.so", "libz.so", "ld-linux", "libstdc++", "libm.so")
+
+
+def outermost_kind(frames: list[str], innermost: str) -> str:
+    """A sample charged the way issue 67 counts: to imports when importing; else to the outermost library on the
+    stack (its Python, or its native code called from textmill's: numpy, pyarrow, ftfy, fastText, tiktoken); else to
+    the innermost Python frame's owner, textmill's per-document code with the C built-ins it calls."""
+    if any("importlib" in frame for frame in frames):
+        return "imports"
+    for frame in frames:
+        if _PYTHON_FRAME.search(frame):
+            if python_kind(frame) == "library Python":
+                return "libraries"
+        elif "(" in frame and not any(name in frame for name in ("libpython", "python3", *_SYSTEM)):
+            return "libraries"
+    return python_kind(innermost)
+
+
+def sample_kinds(stack: str) -> tuple[str, str, str, str] | None:
     """Where a sampled stack (py-spy's raw format: frames root first, ";"-separated) was: by its innermost
     frame, native ones included; by its innermost Python frame (a C call counted with the Python that made
-    it); and that Python frame. None for a waiting thread."""
+    it); that Python frame; and by the outermost library (outermost_kind). None for a waiting thread."""
     frames = stack.split(";")
     python = [i for i, frame in enumerate(frames) if _PYTHON_FRAME.search(frame)]
     below = frames[python[-1] + 1 :] if python else frames
@@ -188,15 +281,16 @@ def sample_kinds(stack: str) -> tuple[str, str, str] | None:
         native = python_kind(innermost)
     elif "libpython" in leaf:
         native = "C built-ins"
-    elif any(lib in leaf for lib in ("libc.so", "libz.so", "ld-linux", "libstdc++", "libm.so")):
+    elif any(lib in leaf for lib in _SYSTEM):
         native = "system (I/O, memory)"
     else:
         native = "library native code"
-    return native, python_kind(innermost), re.sub(r":\d+\)$", ")", innermost)
+    return native, python_kind(innermost), re.sub(r":\d+\)$", ")", innermost), outermost_kind(frames, innermost)
 
 
-def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str], preset: str) -> tuple[Counter, Counter, Counter]:
-    """This checkout's stages once under py-spy: samples by kind both ways (sample_kinds), and textmill's
+def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str],
+                 preset: str) -> tuple[Counter, Counter, Counter, Counter]:
+    """This checkout's stages once under py-spy: samples by kind three ways (sample_kinds), and textmill's
     per-document functions by their own samples."""
     if not shutil.which("py-spy"):
         sys.exit('bench_chain: --profile needs py-spy: pip install -e ".[bench]"')
@@ -208,15 +302,16 @@ def run_profiled(root: Path, corpus: Path, out: Path, stages: list[str], preset:
                           text=True)
     if done.returncode:
         sys.exit(f"py-spy failed:\n{done.stderr[-3000:]}")
-    native, python, functions = Counter(), Counter(), Counter()
+    native, python, functions, outermost = Counter(), Counter(), Counter(), Counter()
     for line in samples.read_text().splitlines():
         stack, count = line.rsplit(" ", 1)
         if kinds := sample_kinds(stack):
             native[kinds[0]] += int(count)
             python[kinds[1]] += int(count)
+            outermost[kinds[3]] += int(count)
             if kinds[0] == "textmill Python, per document":
                 functions[kinds[2]] += int(count)
-    return native, python, functions
+    return native, python, functions, outermost
 
 
 def run_child(variant: str, root: Path, corpus: Path, out: Path, stages: list[str], workers: int, preset: str) -> dict:
@@ -238,9 +333,13 @@ def main() -> None:
     parser.add_argument("--against", help="an earlier revision of textmill (git) to time beside this checkout")
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts (textmill and datatrove)")
     parser.add_argument("--stages", nargs="+", default=["quality", "decontaminate", "dedup", "clean"],
-                        choices=["quality", "decontaminate", "dedup", "clean"], help="the stages timed")
+                        choices=["quality", "decontaminate", "dedup", "clean", "chain"],
+                        help="the stages timed, each on the generated corpus; chain: dedup, clean, quality and "
+                        "tokenize, each on the one before's output")
     parser.add_argument("--preset", choices=["gopher", "c4", "fineweb"], default="gopher",
                         help="the quality stage's [quality] preset")
+    parser.add_argument("--real-texts", action="store_true", help="spread the repository's 861 real web texts "
+                        "(tests/data/web-texts.jsonl.gz) through the generated corpus")
     parser.add_argument("--no-datatrove", action="store_true", help="leave datatrove out")
     parser.add_argument("--profile", action="store_true", help="split this checkout's time by where the code lives "
                         "(py-spy: the bench extra)")
@@ -254,7 +353,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-chain-"))
     try:
-        corpus = write_corpus(tmp / "corpus", args.documents, args.files)
+        corpus = write_corpus(tmp / "corpus", args.documents, args.files, args.real_texts)
         variants = {"this checkout": ROOT}
         if args.against:
             worktree = tmp / "against"
@@ -264,6 +363,7 @@ def main() -> None:
         if not args.no_datatrove:
             variants["datatrove"] = ROOT
         best: dict[tuple, float] = {}
+        best_cpu: dict[tuple, float] = {}
         seen: dict[tuple, dict] = {}
         for round_ in range(args.rounds):
             for workers in args.workers:
@@ -276,20 +376,25 @@ def main() -> None:
                         if r is not None:
                             key = (name, workers, stage)
                             best[key] = min(best.get(key, float("inf")), r["seconds"])
+                            best_cpu[key] = min(best_cpu.get(key, float("inf")), r["cpu"])
                             seen[key] = r
                     shutil.rmtree(out)
                     print(f"  round {round_ + 1}, {workers} worker(s), {name}: "
-                          + ", ".join(f"{s} {r['seconds']:.2f} s" for s, r in result.items() if r), flush=True)
+                          + ", ".join(f"{s} {r['seconds']:.2f} s ({r['cpu']:.2f} CPU-s)" for s, r in result.items()
+                                      if r), flush=True)
         report(args, variants, best, seen)
+        report_cpu(args, variants, best_cpu)
         if args.profile:
             out = tmp / "profile"
             out.mkdir()
-            native, python, functions = run_profiled(ROOT, corpus, out, args.stages, args.preset)
+            native, python, functions, outermost = run_profiled(ROOT, corpus, out, args.stages, args.preset)
             total = sum(native.values())
             print(f"\nProfile of this checkout's {', '.join(args.stages)} (py-spy, native frames, 1 worker, {total} "
-                  "samples of running threads), by the innermost frame | by the innermost Python frame:")
-            for kind, samples in native.most_common():
-                print(f"  {kind:32} {samples / total:6.1%} | {python[kind] / total:6.1%}")
+                  "samples of running threads), by the innermost frame | by the innermost Python frame | by the "
+                  "outermost library:")
+            for kind in sorted(set(native) | set(outermost), key=lambda k: -max(native[k], outermost[k])):
+                print(f"  {kind:32} {native[kind] / total:6.1%} | {python[kind] / total:6.1%} | "
+                      f"{outermost[kind] / total:6.1%}")
             print("textmill's per-document Python, its largest functions (own samples):")
             for function, samples in functions.most_common(10):
                 print(f"  {function:70} {samples / total:6.1%}")
@@ -302,7 +407,8 @@ def main() -> None:
 
 def report(args, variants: dict, best: dict, seen: dict) -> None:
     print(f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"{args.documents} documents; fastest of {args.rounds} interleaved rounds")
+          f"{args.documents} generated documents{' and 861 real web texts' if args.real_texts else ''}; fastest of "
+          f"{args.rounds} interleaved rounds")
     names = list(variants)
     print("| stage | workers | " + " | ".join(f"{n} (s)" for n in names) + " | speed-up | verdicts differing |")
     print("|---|---|" + "---|" * (len(names) + 2))
@@ -319,6 +425,22 @@ def report(args, variants: dict, best: dict, seen: dict) -> None:
                 theirs = set(seen[("datatrove", workers, stage)]["kept"])
                 differing += f" (datatrove: {len(ours ^ theirs)} of {args.documents} kept by one only)"
             print(f"| {stage} | {workers} | " + " | ".join(cells) + f" | {speedup} | {differing} |")
+
+
+def report_cpu(args, variants: dict, best_cpu: dict) -> None:
+    """CPU seconds of each variant's process tree (its workers included), fastest of the rounds, and the ratio of
+    datatrove's to this checkout's: per core, what wall seconds hide when workers wait."""
+    names = list(variants)
+    print("\nCPU seconds of the whole process tree (fastest of the rounds):")
+    print("| stage | workers | " + " | ".join(f"{n} (CPU-s)" for n in names) + " | datatrove / this checkout |")
+    print("|---|---|" + "---|" * (len(names) + 1))
+    for stage in args.stages:
+        for workers in args.workers:
+            cells = [f"{best_cpu[(n, workers, stage)]:.2f}" if (n, workers, stage) in best_cpu else "not run" for n in names]
+            ratio = ""
+            if ("datatrove", workers, stage) in best_cpu:
+                ratio = f"{best_cpu[('datatrove', workers, stage)] / best_cpu[('this checkout', workers, stage)]:.2f}x"
+            print(f"| {stage} | {workers} | " + " | ".join(cells) + f" | {ratio} |")
 
 
 if __name__ == "__main__":

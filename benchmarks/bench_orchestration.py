@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -75,14 +76,16 @@ def write_run(root: Path, units: int, bucket: str, env: dict) -> Path:
 
 
 def until_first_task(config: Path, workers: int, counting: Counting, env: dict, *options: str) -> tuple[int, float]:
-    """Requests and seconds from the start of `textmill run` until its first PUT into WORK (a task's output)."""
+    """Requests and seconds from the start of `textmill run` until its first PUT into a stage folder of WORK (a task's
+    output: WORK/1-blacklist-check/..., not the run's own record under WORK/runs, written as it starts)."""
     counting.requests.clear()
     started = time.perf_counter()
     run = subprocess.Popen([sys.executable, "-m", "textmill.cli", "run", str(config), "--workers", str(workers),
                             *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while run.poll() is None:
-            puts = [i for i, (method, path) in enumerate(counting.requests) if method == "PUT" and "/work/" in path]
+            puts = [i for i, (method, path) in enumerate(counting.requests)
+                    if method == "PUT" and re.search(r"/work/\d-", path)]
             if puts:
                 return puts[0], time.perf_counter() - started
             time.sleep(0.01)
