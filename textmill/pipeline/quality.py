@@ -31,8 +31,6 @@ from textmill.pipeline.words import count_sentences, split_words
 
 STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))  # Gopher's
 _SENTENCE_END = regex.compile(r"\p{Sentence_Terminal}$")
-_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
-_LINE_BREAKS = re.compile(r"\n+")
 _WORD = re.compile(r"\S+")  # a word as str.split() cuts it
 _IS_BULLET = methodcaller("startswith", ("•", "-"))
 _IS_ELLIPSIS = methodcaller("endswith", ("...", "…"))
@@ -97,14 +95,29 @@ def repeated(items: list[str]) -> tuple[int, int, int]:
     return len(items), len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
+def paragraphs_of(text: str) -> list[str]:
+    """The paragraphs Gopher's rules count: the stripped text cut at every run of two or more newlines (a regular
+    expression's split, which the test compares), by str.split, 5x faster: a run of k newlines leaves k // 2 cuts,
+    k % 2 newlines at the start of the next paragraph, and k // 2 - 1 empty pieces, which no paragraph is."""
+    stripped = text.strip()
+    return [piece.lstrip("\n") for piece in stripped.split("\n\n") if piece] if stripped else [stripped]
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines Gopher's rules count: the text cut at every run of newlines, by str.split: the empty pieces between
+    newlines dropped, the first and last kept."""
+    pieces = text.split("\n")
+    return [pieces[0], *filter(None, pieces[1:-1]), pieces[-1]] if len(pieces) > 1 else pieces
+
+
 def gopher_repetition(text: str, words: WordIds, cfg: QualityConfig) -> str | None:
     """Gopher's repetition rules: the reason the document fails, or None."""
-    paragraphs, number, chars = repeated(_PARAGRAPH_BREAK.split(text.strip()))
+    paragraphs, number, chars = repeated(paragraphs_of(text))
     if cfg.max_duplicate_paragraphs and number / paragraphs > cfg.max_duplicate_paragraphs:
         return "duplicate_paragraphs"
     if cfg.max_duplicate_paragraph_chars and chars / len(text) > cfg.max_duplicate_paragraph_chars:
         return "duplicate_paragraph_chars"
-    lines, number, chars = repeated(_LINE_BREAKS.split(text))
+    lines, number, chars = repeated(lines_of(text))
     if cfg.max_duplicate_lines and number / lines > cfg.max_duplicate_lines:
         return "duplicate_lines"
     if cfg.max_duplicate_line_chars and chars / len(text) > cfg.max_duplicate_line_chars:

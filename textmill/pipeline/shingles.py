@@ -52,15 +52,30 @@ def _pieces(text: str, boundary: re.Pattern) -> Iterator[str]:
         start = end
 
 
+def _word_pieces(text: str) -> Iterator[list[str]]:
+    """The lower-cased words of the text, a piece of it at a time (where no word is cut in two); a text of one piece
+    is split once for its shingles and its words hash both (_lower_words)."""
+    if len(text) <= _TEXT_PIECE:
+        yield _lower_words(text)
+    else:
+        for piece in _pieces(text.lower(), _NON_WORD):
+            yield word_runs(piece)
+
+
+@functools.lru_cache(maxsize=1)
+def _lower_words(text: str) -> list[str]:
+    return word_runs(text.lower())  # shared by its two readers: not to be changed
+
+
 def unit_runs(text: str, size: int, unit: str) -> Iterator[list[str]]:
     """The text's units (lower-cased words, or characters of its single-spaced form) in runs of at least
     `size`, a piece of the text at a time: consecutive runs overlap by size - 1 units, so the shingles of the
     runs are the text's. A text of fewer than `size` units is one shorter run: its one shingle is all of it."""
     carried: list[str] = []
     made = False
-    for piece in _pieces(text.lower(), _NON_WORD if unit == "word" else _SPACE):
+    for piece in _word_pieces(text) if unit == "word" else _pieces(text.lower(), _SPACE):
         if unit == "word":
-            units = carried + word_runs(piece)
+            units = carried + piece
         else:  # pieces are cut at whitespace, so each piece's split is the text's
             spaced = " ".join(piece.split())
             if not spaced:
@@ -79,8 +94,7 @@ def words_hash(text: str) -> bytes:
     made of): the same for texts that differ only in case, punctuation or whitespace."""
     digest = hashlib.blake2b(digest_size=16)
     separator = ""  # a piece of the text at a time: the memory of a piece, whatever the text's length
-    for piece in _pieces(text.lower(), _NON_WORD):
-        words = word_runs(piece)
+    for words in _word_pieces(text):
         if words:
             digest.update((separator + " ".join(words)).encode())
             separator = " "

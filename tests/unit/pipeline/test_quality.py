@@ -1,5 +1,6 @@
 """The quality stage's rules on hand-made documents, and its word splitter against spaCy's on real pages."""
 
+import re
 from collections import Counter
 
 import pytest
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support.quality_pages import CASES, GOOD, GOOD_LINES, real_documents
-from textmill.pipeline.quality import judge
+from textmill.pipeline.quality import judge, lines_of, paragraphs_of
 from textmill.pipeline.stage_configs import QualityConfig
 from textmill.pipeline.words import SENTENCE_ENDS, count_sentences, is_punctuation, split_words
 
@@ -98,3 +99,17 @@ def sentences_one_token_at_a_time(text: str) -> int:
 def test_sentences_counted_on_roles_are_the_token_loops(tokens):
     text = " ".join(tokens)
     assert count_sentences(text) == sentences_one_token_at_a_time(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="a \n\r\t", max_size=40))
+def test_paragraphs_and_lines_are_the_regular_expressions_splits(text):
+    assert paragraphs_of(text) == re.split(r"\n{2,}", text.strip())
+    assert lines_of(text) == re.split(r"\n+", text)
+
+
+def test_paragraphs_and_lines_of_real_pages_are_the_regular_expressions_splits():
+    for document in real_documents():
+        text = document["text"]
+        assert paragraphs_of(text) == re.split(r"\n{2,}", text.strip()), document["id"]
+        assert lines_of(text) == re.split(r"\n+", text), document["id"]
