@@ -51,6 +51,9 @@ class DocumentFilter:
 
     name = "filter"
     reasons: dict[str, str] = {}  # each reason it gives, and what it means (as reasons.py lists textmill's own)
+    # When reject() raises: "stop" ends the step with one error naming the filter, the shard and the document;
+    # "reject" rejects that document with reason `filter_error` (counted, kept among the rejects) and goes on.
+    on_error = "stop"
 
     def reject(self, document: dict) -> str | None:
         raise NotImplementedError
@@ -60,13 +63,31 @@ class DocumentFilter:
         return {"filter": f"{type(self).__module__}.{type(self).__qualname__}", **fields}
 
 
+FILTER_ERROR = "filter_error"
+
+
+class FilterFailed(TextmillError):
+    """A filter of one's own raised on a document."""
+
+
 def filter_shard(shard: Path, output: Path, document_filter: DocumentFilter) -> dict:
     """One shard through a DocumentFilter, written as every stage writes its shards; its manifest."""
+    if document_filter.on_error not in ("stop", "reject"):
+        raise TextmillError(f"filter {document_filter.name!r}: on_error is 'stop' or 'reject', not "
+                            f"{document_filter.on_error!r}")
+
     def decide(row: dict):
-        return row, document_filter.reject(row)
+        try:
+            return row, document_filter.reject(row)
+        except Exception as exc:
+            if document_filter.on_error == "reject":
+                return row, FILTER_ERROR
+            raise FilterFailed(f"filter {document_filter.name!r} raised {type(exc).__name__}: {exc} on document "
+                               f"{row['id']!r} of {shard} (fix it, or set on_error = 'reject' to reject such "
+                               f"documents as {FILTER_ERROR})") from exc
 
     return filter_documents(document_filter.name, shard, output, document_filter.params(), decide,
-                            listed=[*READ, *document_filter.reasons])
+                            listed=[*READ, *document_filter.reasons, FILTER_ERROR])
 
 
 def finished(output: Path, params: dict) -> dict | None:

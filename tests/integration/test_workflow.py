@@ -85,7 +85,8 @@ def test_a_runs_corpus_exports_to_one_folder_that_datasets_loads(tmp_path, finis
     assert r.returncode == 0, r.stderr[-2000:]
     documents = IndexedDataset(MergeDataset(str(config)).output().prefix).num_documents
     assert re.match(rf"export corpus: the decontaminate stage, 2 shard\(s\), {documents:,} documents -> "
-                    rf"{re.escape(str(tmp_path / 'corpus'))} \[", r.stdout), r.stdout
+                    rf"{re.escape(str(tmp_path / 'corpus'))}, as hard links to the run's shards: the same files, so "
+                    r"editing one edits both; deleting WORK keeps them \[", r.stdout), r.stdout
     loaded = datasets.load_dataset("parquet", data_dir=str(tmp_path / "corpus"), split="train")
     assert len(loaded) == documents and len(set(loaded["id"])) == documents
     assert all(p.stat().st_nlink == 2 for p in (tmp_path / "corpus").glob("*.parquet"))  # linked, not copied

@@ -24,6 +24,14 @@ class LongWords(DocumentFilter):
 
     def reject(self, document: dict) -> str | None:
         words = document["text"].split()
+        return "long_words" if words and sum(map(len, words)) / len(words) > self.most else None
+
+
+class Unguarded(LongWords):
+    """LongWords as docs/python.md first had it: a blank text divides by zero."""
+
+    def reject(self, document: dict) -> str | None:
+        words = document["text"].split()
         return "long_words" if sum(map(len, words)) / len(words) > self.most else None
 
 
@@ -59,6 +67,22 @@ def test_a_pipeline_with_a_filter_of_ones_own_keeps_counts_and_reruns_what_chang
     assert filtered_shard.stat().st_mtime_ns == before
     again = Pipeline(tmp_path / "work", inputs=[documents(tmp_path)]).dedup().filter(LongWords(most=100.0))
     assert again.run(verbose=False)[-1].rejected == 0 and filtered_shard.stat().st_mtime_ns != before
+
+
+def test_a_filter_that_raises_names_itself_the_shard_and_the_document_or_rejects_it_as_filter_error(tmp_path):
+    write_jsonl(tmp_path / "docs.jsonl", [{"id": "prose", "text": "words of a page"}, {"id": "blank", "text": "  \n "}])
+    with pytest.raises(TextmillError) as failed:
+        Pipeline(tmp_path / "work", inputs=[tmp_path / "docs.jsonl"]).filter(Unguarded()).run(verbose=False)
+    assert str(failed.value).startswith(f"filter 'long-words' raised ZeroDivisionError: division by zero on document "
+                                        f"'blank' of {tmp_path / 'docs.jsonl'}")
+    assert not (tmp_path / "work" / "1-long-words" / "docs.parquet").exists()  # nothing half-written looks finished
+
+    rejecting = dataclasses.replace(Unguarded())
+    rejecting.on_error = "reject"
+    [counts] = Pipeline(tmp_path / "work", inputs=[tmp_path / "docs.jsonl"]).filter(rejecting).run(verbose=False)
+    assert (counts.kept, counts.reasons) == (1, {"filter_error": 1})
+    [guarded] = Pipeline(tmp_path / "again", inputs=[tmp_path / "docs.jsonl"]).filter(LongWords()).run(verbose=False)
+    assert (guarded.kept, guarded.rejected) == (2, 0)  # the documented filter takes a blank text
 
 
 def test_a_step_with_a_setting_it_does_not_have_is_one_error():

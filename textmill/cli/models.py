@@ -175,8 +175,9 @@ def add_parsers(sub) -> None:
                            formatter_class=fmt,
                            description="Gather the kept shards of a finished corpus stage of `textmill run` into one "
                            "folder (each unit's shard sits in a folder keyed by its own inputs): hard links where the "
-                           "work folder shares the disk, else copies. datasets.load_dataset('parquet', data_dir=OUTPUT) "
-                           "reads it as it is.")
+                           "work folder shares the disk (the same files as the run's: editing one edits both, and "
+                           "deleting the work folder keeps the export), else copies. "
+                           "datasets.load_dataset('parquet', data_dir=OUTPUT) reads it as it is.")
     p.add_argument("config", type=Path, help="the run's TOML file")
     p.add_argument("--stage", choices=list(CORPUS_STAGES), help="the stage to export (default: the run's last, its corpus)")
     p.add_argument("--output", "-o", type=Path, required=True, help="the folder to write: a new or empty one, or an "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -87,6 +88,7 @@ eval_iters = 8
 split = "95,5,0"
 log_interval = {log_interval}
 seed = {seed}
+cpu_threads = {cpu_threads}   # the cores free when the demo started (demo.run.free_cores)
 
 [evaluate]
 lambada = {eval_files}
@@ -159,7 +161,7 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
         write_dumps([u for u in urls if u not in left_out], workdir / "dumps", ("2011-01", "2011-02"), seed,
                     left_out=left_out)
         config.write_text(DEMO_CONFIG.format(seed=seed, shards=shards, eval_files=json.dumps(eval_files),
-                                             vocab_size=vocab_size, train_iters=train_iters,
+                                             vocab_size=vocab_size, train_iters=train_iters, cpu_threads=free_cores(),
                                              eval_interval=max(1, train_iters // 4),
                                              log_interval=max(1, train_iters // 12))
                           + (DEMO_ABLATION.format(held_out=json.dumps([str(eval_file)])) if ablate else ""))
@@ -184,6 +186,15 @@ def run_demo(workdir: Path, pages: int, seed: int, shards: int, vocab_size: int,
               "", "a sample (top-p 0.9, seed 1):", sample(Path(trained.checkpoints), "The old sailor"), "",
               f"textmill demo: done in {time.perf_counter() - started:.0f}s; the run is {config}"]
     return "\n".join(lines)
+
+
+def free_cores() -> int:
+    """The cores no other process kept busy over the last minute, at least one: the cores less the whole cores of the
+    load average (an idle machine's load of 0.6 leaves both of two cores: one thread of two makes the demo's step 1.5x
+    slower). torch computes with a thread per core by default, and at every operation each thread waits for the
+    others: on a busy machine, threads past the free cores made a step several times slower than the share of the CPU
+    lost (benchmarks/bench_busy.py)."""
+    return max(1, (os.cpu_count() or 1) - int(os.getloadavg()[0]))
 
 
 def ablation_lines(config: Path, started: float) -> str:
@@ -227,8 +238,11 @@ def sample(checkpoints: Path, prompt: str) -> str:
 
 
 def cmd_demo(args) -> str:
-    return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size, args.train_iters,
-                    args.lambada, args.port, args.ablate)
+    from textmill.io.progress import heartbeat
+
+    with heartbeat("textmill demo"):  # a line at least every 10 s, whatever step is quiet
+        return run_demo(Path(args.workdir), args.pages, args.seed, args.num_shards, args.vocab_size, args.train_iters,
+                        args.lambada, args.port, args.ablate)
 
 
 def add_demo_parser(sub) -> None:

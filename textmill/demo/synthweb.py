@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -305,6 +306,12 @@ class _Server(ThreadingHTTPServer):
         self.hits: dict[str, int] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up mid-request (a scraper's deadline, a connection pool closed) is normal for a web
+        server: said nothing. Anything else is reported as socketserver reports it."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 @contextmanager

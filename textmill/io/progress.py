@@ -115,3 +115,41 @@ def ticking(counter, every: float = 5.0) -> Iterator:
     finally:
         stop.set()
         thread.join()
+
+
+class _Noting:
+    """A text stream that notes the time of each write (the rest of it is the stream's)."""
+
+    def __init__(self, stream, written: list[float]):
+        self._stream, self._written = stream, written
+
+    def write(self, text: str) -> int:
+        self._written[0] = time.monotonic()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every: float = 10.0) -> Iterator[None]:
+    """While the block runs, a line `what: still working (N s)` on stderr whenever this process wrote nothing to its
+    stdout or stderr for `every` seconds: a command whose steps are each quiet for a while is never silent long."""
+    written, started, stop = [time.monotonic()], time.monotonic(), threading.Event()
+    outer = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Noting(sys.stdout, written), _Noting(sys.stderr, written)
+
+    def beat() -> None:
+        while not stop.wait(min(every, 1.0)):
+            now = time.monotonic()
+            if now - written[0] >= every:
+                print(f"{what}: still working ({now - started:.0f} s)", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, name="textmill-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sys.stdout, sys.stderr = outer

@@ -199,8 +199,14 @@ def export_line(r: dict, seconds: float) -> str:
 
 
 def export_corpus_line(r: dict, seconds: float) -> str:
+    if r["linked"] == r["shards"]:
+        how = "hard links to the run's shards: the same files, so editing one edits both; deleting WORK keeps them"
+    elif r["linked"]:
+        how = f"{r['linked']} hard link(s) to the run's shards (the same files), {r['shards'] - r['linked']} copied"
+    else:
+        how = "copies (WORK is on another disk)"
     return (f"export corpus: the {r['stage']} stage, {r['shards']} shard(s), {r['documents']:,} documents -> "
-            f"{r['output']} {seconds_tag(seconds)}")
+            f"{r['output']}, as {how} {seconds_tag(seconds)}")
 
 
 def import_line(r: dict, seconds: float) -> str:

@@ -314,7 +314,8 @@ class Trainer:
         self.say(f"textmill train: {self.parts.num_parameters:,} parameters, {self.model_config.num_layers} layers, "
                  f"hidden {self.model_config.hidden_size}, {vocab} padded to {self.model_config.vocab_size}, "
                  f"{len(self.train_data):,} training samples of {self.seq_len} tokens on {self.device}"
-                 + (f" ({torch.get_num_threads()} threads)" if self.device.type == "cpu" else "") + layout
+                 + (f" ({torch.get_num_threads()} thread{'s' * (torch.get_num_threads() != 1)})"
+                    if self.device.type == "cpu" else "") + layout
                  + (f"; resuming at iteration {self.state.iteration}" if self.state.iteration else ""))
         bar = progress(total=config.train_iters, initial=self.state.iteration, unit="it", desc="train", leave=False,
                        enabled=rank0)  # a line every TEXTMILL_PROGRESS_S seconds without a terminal

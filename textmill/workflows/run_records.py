@@ -217,14 +217,16 @@ def export_stage(config: Path, stage: str | None, output: Path) -> dict:
         raise TextmillError(f"the run of {config} has not finished its {stage} stage ({left} of {len(tasks)} task(s) "
                             f"left): textmill run {config} first")
     shards = [fetch(shard) for shard in shard_files(tasks)]
+    linked = 0
     with atomic_folder(output, "an export of a corpus stage") as folder:
         for shard in shards:
             try:
                 os.link(shard, folder / shard.name)
+                linked += 1
             except OSError:  # another disk, or a file system without hard links
                 shutil.copyfile(shard, folder / shard.name)
     documents = sum(pq.read_metadata(shard).num_rows for shard in shards if shard.suffix == ".parquet")
-    return {"stage": stage, "shards": len(shards), "documents": documents, "output": str(output)}
+    return {"stage": stage, "shards": len(shards), "documents": documents, "output": str(output), "linked": linked}
 
 
 def run_paths(settings) -> list[Path]:

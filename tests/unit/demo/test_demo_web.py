@@ -48,3 +48,22 @@ def test_the_ablations_web_serves_the_novel_in_order_and_holds_its_last_passages
     assert not any(passage[:60] in text for passage in held_out for text in articles)
     with pytest.raises(ValueError, match="3 real paragraphs cannot make 4 articles"):
         synthweb.build_web(articles=4, real_paragraphs=served[:3])
+
+
+def test_a_client_that_hangs_up_mid_request_is_no_traceback(capfd):
+    import socket
+    import struct
+    import time
+    import urllib.request
+
+    web = synthweb.build_web(seed=1, articles=3, near_duplicates=0, foreign=0, mojibake=0, short=0)
+    with synthweb.serve(web) as server:
+        for _ in range(3):  # half a request, then a reset (SO_LINGER 0) instead of the rest
+            client = socket.create_connection(server.server_address[:2], timeout=10)
+            client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+        time.sleep(0.5)  # the handler threads meet the reset
+        with urllib.request.urlopen(synthweb.base_url(server) + web.url_paths[0], timeout=10) as page:
+            assert page.status == 200  # and the server still serves
+    assert "Traceback" not in capfd.readouterr().err

@@ -41,3 +41,20 @@ def test_a_step_long_between_updates_still_prints_its_lines(monkeypatch, capsys)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 3 and lines[0].startswith("4-clean tasks 0-1: 0 task of 2 task (0%)"), lines
     assert lines[-1].endswith(" done") and "2 task of 2 task (100%)" in lines[-1]
+
+
+def test_a_heartbeat_speaks_only_when_the_process_was_quiet(capsys):
+    import sys
+    import time
+
+    from textmill.io.progress import heartbeat
+
+    with heartbeat("demo", every=0.3):
+        for _ in range(8):  # a line every 0.1 s: never quiet long enough
+            print("working", file=sys.stderr)
+            time.sleep(0.1)
+        assert "still working" not in capsys.readouterr().err
+        time.sleep(0.8)  # quiet: a beat at least every 0.3 s of it
+    beats = [line for line in capsys.readouterr().err.splitlines() if line.startswith("demo: still working")]
+    assert 2 <= len(beats) <= 3
+    assert sys.stdout is sys.__stdout__ or not hasattr(sys.stdout, "_written")  # the streams are given back

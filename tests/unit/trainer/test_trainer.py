@@ -243,6 +243,6 @@ def test_cpu_threads_sets_the_threads_training_computes_with_and_says_so(corpus,
     try:
         Trainer(train_config(corpus, train_iters=1, cpu_threads=1)).train()
         assert torch.get_num_threads() == 1
-        assert "tokens on cpu (1 threads)" in capsys.readouterr().out
+        assert "tokens on cpu (1 thread)" in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)
