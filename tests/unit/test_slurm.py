@@ -24,7 +24,8 @@ def run_file(folder):
 @pytest.mark.parametrize("option, value", [
     ("partition", "cpu\ntouch /tmp/pwned"), ("partition", "cpu --mem=1T"), ("partition", ""),
     ("time", "01:00:00\ntouch /tmp/pwned"), ("time", "1 hour"), ("time", "１２:00"),
-    ("account", "lab --exclusive"), ("account", "lab;id"),
+    ("account", "lab --exclusive"), ("account", "lab;id"), ("mem", "64 G"), ("mem", "lots"),
+    ("output", "log file.txt"), ("output", "a\nb"), ("error", "x'y"),
 ])
 def test_an_sbatch_value_that_is_not_one_word_of_its_shape_is_refused(tmp_path, option, value):
     with pytest.raises(TextmillError, match=f"--{option} .*: give "):
@@ -63,6 +64,48 @@ def test_an_odd_but_printable_path_is_one_quoted_word_and_never_in_a_comment(tmp
     assert not [line for line in lines if line.startswith("#") and str(tmp_path) in line]
     srun = next(i for i, line in enumerate(lines) if line.startswith("srun "))
     words = shlex.split(lines[srun].rstrip("\\") + lines[srun + 1])
-    assert words[:7] == ["srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "textmill.cli", "run"]
-    assert words[7] == str(config)
+    assert words[:8] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=2", sys.executable, "-m",
+                         "textmill.cli", "run"]
+    assert words[8] == str(config)
     assert shlex.split(next(line for line in lines if line.startswith("cd ")))[1] == str(config.parent)
+
+
+def test_srun_gives_each_node_its_cpus_and_luigid_listens_where_the_other_nodes_reach_it(tmp_path):
+    """Since Slurm 22.05 srun does not pass the job's --cpus-per-task on; luigid bound to the name's address is
+    unreachable where that name is 127.0.1.1 (Debian); a service already on the port passed for the scheduler."""
+    lines = job_script(run_file(tmp_path), 3, 8).splitlines()
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert "--nodes=3" in srun and "--cpus-per-task=8" in srun
+    scheduler = next(line for line in lines if "textmill.cli scheduler" in line)
+    assert "--address 0.0.0.0" in scheduler
+    checks = "\n".join(lines[: lines.index(scheduler)])
+    assert "create_server" in checks and "is taken" in checks  # the port is free before luigid starts on it
+    ready = next(line for line in lines if line.startswith("until "))
+    assert 'kill -0 "$scheduler"' in ready and "/api/task_list" in ready  # our luigid alive, and answering as one
+
+
+def test_workers_and_nodes_are_bounded_and_memory_and_logs_pass_as_sbatch_takes_them(tmp_path):
+    for nodes, workers in ((1, 100000000000000000000), (0, 1), (1, 0), (10**6, 1)):
+        with pytest.raises(TextmillError, match="--nodes must be 1 to"):
+            job_script(run_file(tmp_path), nodes, workers)
+    script = job_script(run_file(tmp_path), 1, 1024, mem="64G", output="textmill-%j.log", error="textmill-%j.err")
+    assert "#SBATCH --cpus-per-task=1024\n#SBATCH --mem=64G\n#SBATCH --output=textmill-%j.log\n" \
+           "#SBATCH --error=textmill-%j.err\n" in script
+
+
+def test_the_scripts_readiness_check_knows_luigid_from_another_service(tmp_path):
+    """The check the script runs (LUIGID_ANSWERS) fails against a plain web server on the port (the integration test
+    runs the script, whose check passes against the job's luigid)."""
+    import http.server
+    import threading
+
+    from textmill.slurm import LUIGID_ANSWERS
+
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=plain.serve_forever, daemon=True).start()
+    try:
+        check = subprocess.run([sys.executable, "-c", LUIGID_ANSWERS, "127.0.0.1", str(plain.server_address[1])],
+                               cwd=tmp_path, capture_output=True)
+        assert check.returncode != 0
+    finally:
+        plain.shutdown()
