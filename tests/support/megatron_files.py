@@ -201,3 +201,29 @@ def load_with_megatron_core(folder, tp: int, pp: int, out) -> tuple[dict, dict |
     run_megatron_core("megatron_core_loader.py", tp * pp, folder, tp, pp, out)
     logits = torch.load(out / "logits.pt", weights_only=True) if pp == 1 else None
     return megatron_core_whole(out, tp, pp), logits
+
+
+def hf_gpt2(bf16_exact: bool = False):
+    """A random transformers GPT-2 (tanh GELU, Megatron's fused default), its weights made fp16-exact (or
+    bf16-exact) so a 16-bit checkpoint holds them unchanged; norms and biases drawn too (transformers starts
+    them at 1 and 0)."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, n_positions=128, activation_function="gelu_new")).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            p.copy_(p.bfloat16().float() if bf16_exact else p.half().float())
+    return model
+
+
+class RunsCode:
+    """Pickled, it would run a command: what a checkpoint must never make textmill do."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch ran-code",)

@@ -1,35 +1,21 @@
 """Megatron-LM legacy GPT checkpoints into textmill, against transformers' GPT-2 they were written from
 (tests/support/megatron_files.py): every checkpoint version's query/key/value order, with and without `args`,
-tensor-parallel shards and pipeline stages; and against Megatron-core's own GPTModel, in both of Megatron-LM's
-checkpoint formats. Files that would run code, or hold another block, are refused."""
+tensor-parallel shards and pipeline stages; and against the names Megatron-core's own GPTModel saves. Files that would
+run code, or hold another block, are refused. What starts Megatron-core's processes (its loads of textmill's
+exports, its own torch_dist saves) is in tests/integration/test_megatron_core.py."""
 
 import pytest
 import torch
 
 from support.cli import run_cli
 from support.files import TEST_DATA
-from support.megatron_files import load_with_megatron_core, write_megatron, write_megatron_dist
+from support.megatron_files import RunsCode, hf_gpt2, write_megatron
 from textmill.errors import TextmillError
 from textmill.interop.megatron import import_megatron
 from textmill.trainer.checkpoint import load_model
 
 transformers = pytest.importorskip("transformers")
 VOCAB, MERGES = TEST_DATA / "gpt2-vocab.json", TEST_DATA / "gpt2-merges.txt"
-
-
-def hf_gpt2(bf16_exact: bool = False):
-    """A random transformers GPT-2 (tanh GELU, Megatron's fused default), its weights made fp16-exact (or
-    bf16-exact) so a 16-bit checkpoint holds them unchanged; norms and biases drawn too (transformers starts
-    them at 1 and 0)."""
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=4, n_embd=64, n_head=4, n_positions=128, activation_function="gelu_new")).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
-            p.copy_(p.bfloat16().float() if bf16_exact else p.half().float())
-    return model
 
 
 CASES = {  # name: (version, tensor parallel, pipeline parallel, args, release, stored dtype, names)
@@ -55,13 +41,6 @@ def test_megatron_checkpoints_import_with_transformers_logits(tmp_path, case):
     tokens = torch.randint(0, 50257, (2, 100), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (hf_model(tokens).logits - ours(tokens)[..., :50257]).abs().max().item() < 1e-5
-
-
-class RunsCode:
-    def __reduce__(self):
-        import os
-
-        return os.system, ("touch ran-code",)
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, monkeypatch):
@@ -115,42 +94,6 @@ def test_export_megatron_then_import_gives_the_same_tensors(tmp_path, tp, pp):
     for name, tensor in original.state_dict().items():
         rows = min(tensor.shape[0], theirs[name].shape[0])  # the vocabulary's padding may differ
         assert torch.equal(theirs[name][:rows], tensor[:rows]), name
-
-
-@pytest.mark.parametrize("fmt, tp, pp", [("torch", 1, 1), ("torch", 2, 1), ("torch", 2, 2),
-                                         ("torch_dist", 1, 1), ("torch_dist", 2, 1), ("torch_dist", 2, 2)])
-def test_megatron_core_loads_the_export_strictly_with_the_same_logits(tmp_path, fmt, tp, pp):
-    """Megatron-core's own GPTModel, one gloo process per rank (tests/support/megatron_core_loader.py), built from
-    the exported args, loads the export strictly (torch: each rank's file; torch_dist: the one whole export, cut
-    by dist_checkpointing.load for the layout, the vocabulary padded for it), then holds exactly textmill's
-    tensors and gives textmill's logits; the legacy names (for an old Megatron-LM) import back to the same model."""
-    from textmill.interop.megatron_export import export_megatron
-
-    write_megatron(tmp_path / "megatron", hf_gpt2(), 3.0)
-    import_megatron(tmp_path / "megatron", tmp_path / "ckpt", VOCAB, MERGES)
-    model = load_model(tmp_path / "ckpt")[0].eval()
-    original = model.state_dict()
-    r = export_megatron(tmp_path / "ckpt", tmp_path / "core", *((tp, pp) if fmt == "torch" else (1, 1)), fmt=fmt)
-    assert (r["names"], r["format"]) == ("core", fmt)
-    held, logits = load_with_megatron_core(tmp_path / "core" / "release", tp, pp, tmp_path / "loaded")
-    for name, tensor in original.items():
-        rows = min(tensor.shape[0], held[name].shape[0])  # the vocabulary is padded for each layout
-        assert torch.equal(held[name][:rows], tensor[:rows]), name
-    if pp > 1:  # the last stage's output layer is the tied word embedding, loaded from the first stage's
-        for t in range(tp):
-            last = torch.load(tmp_path / "loaded" / f"expected_tp{t}_pp{pp - 1}.pt", weights_only=True)
-            first = torch.load(tmp_path / "loaded" / f"expected_tp{t}_pp0.pt", weights_only=True)
-            assert torch.equal(last["output_layer.weight"], first["embedding.word_embeddings.weight"])
-    else:
-        with torch.no_grad():
-            ours = model(logits["tokens"])[..., :logits["logits"].shape[-1]]
-        assert (ours - logits["logits"]).abs().max().item() < 1e-5
-    if fmt == "torch":
-        export_megatron(tmp_path / "ckpt", tmp_path / "legacy", tp, pp, names="legacy", fmt="torch")
-    for names in ("core",) + (("legacy",) if fmt == "torch" else ()):
-        import_megatron(tmp_path / names, tmp_path / f"back-{names}", VOCAB, MERGES)
-        back = load_model(tmp_path / f"back-{names}")[0].state_dict()
-        assert all(torch.equal(back[name][: t.shape[0]], t[: back[name].shape[0]]) for name, t in original.items())
 
 
 def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp_path):
@@ -212,38 +155,3 @@ def test_the_names_megatron_core_itself_saves_import_tensor_for_tensor(mesh, tmp
     assert sorted(ours_state) == sorted(mapped)
     for mine, theirs in mapped.items():
         assert torch.equal(ours_state[mine], state[theirs].float()), mine
-
-
-@pytest.fixture(scope="module")
-def megatron_dist(tmp_path_factory):
-    """A torch_dist checkpoint (Megatron-LM's default format) Megatron-core wrote, and the model it holds."""
-    out = tmp_path_factory.mktemp("torch_dist") / "megatron"
-    return out, write_megatron_dist(out)
-
-
-def test_a_torch_dist_checkpoint_megatron_core_wrote_imports_tensor_for_tensor(megatron_dist, tmp_path):
-    """Megatron-core's own saver wrote it (tests/support/megatron_dist_writer.py): the decoder's layers stacked
-    on one axis, the norms under the fused names, the random state a bytes entry that is never read."""
-    folder, whole = megatron_dist
-    r = import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
-    assert (r["format"], r["tensor_parallel"], r["pipeline_parallel"], r["iteration"]) == ("torch_dist", 1, 1, 5)
-    ours = load_model(tmp_path / "ckpt")[0].state_dict()
-    assert sorted(ours) == sorted(whole)
-    for name, tensor in whole.items():
-        assert torch.equal(ours[name], tensor.float()), name
-
-
-def test_torch_dist_metadata_that_would_run_code_is_refused(megatron_dist, tmp_path, monkeypatch):
-    import pickle
-    import shutil
-
-    monkeypatch.chdir(tmp_path)
-    folder = shutil.copytree(megatron_dist[0], tmp_path / "megatron")
-    iteration = folder / "iter_0000005"
-    (iteration / ".metadata").write_bytes(pickle.dumps(RunsCode()))
-    with pytest.raises(TextmillError, match=r"\.metadata: refused, not checkpoint metadata textmill can trust"):
-        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
-    (iteration / "metadata.json").write_text('{"sharded_backend": "zarr"}')
-    with pytest.raises(TextmillError, match="not one in Megatron-LM's torch_dist format .* sharded_backend 'zarr'"):
-        import_megatron(folder, tmp_path / "ckpt", VOCAB, MERGES)
-    assert not (tmp_path / "ran-code").exists() and not (tmp_path / "ckpt").exists()
