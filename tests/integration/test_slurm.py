@@ -29,6 +29,27 @@ exit $status
 """
 
 
+def stand_ins(folder: Path, srun: str, hostname: str) -> dict:
+    """The environment with `srun` (this script) and `hostname` (saying this name) standing in for the cluster's."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(srun)
+    (bin_dir / "hostname").write_text(f"#!/bin/sh\necho {hostname}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def archive_run(folder: Path) -> Path:
+    """A run file whose input is a web archive of 60 generated pages (no web needed), 20 responses a unit."""
+    web = synthweb.build_web(seed=5, articles=60, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
+    write_archive(web, "http://127.0.0.1:8000", folder / "archives" / "crawl.warc.gz")
+    (folder / "eval.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in EVAL_PASSAGES))
+    config = write_config(folder, work="work", min_tokens=32, vocab_size=600, train="false", train_iters=20)
+    config.write_text(config.read_text().replace('urls = ["urls"]', 'warcs = ["archives"]\n[warc]\nresponses_per_shard = 20'))
+    return config
+
+
 def test_the_job_script_runs_the_chain_on_two_nodes_each_unit_once(tmp_path, site, finished_run):
     web, server = site
     config = make_run(tmp_path, site, files=3)
@@ -37,14 +58,8 @@ def test_the_job_script_runs_the_chain_on_two_nodes_each_unit_once(tmp_path, sit
     script = (tmp_path / "job.sh").read_text()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --cpus-per-task=2" in script and "#SBATCH --time=00:30:00" in script
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(SRUN)
-    (bin_dir / "hostname").write_text("#!/bin/sh\necho 127.0.0.1\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
     hits = dict(server.hits)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    env = {**stand_ins(tmp_path, SRUN, "127.0.0.1"), "SLURM_JOB_ID": "4242"}
     job = subprocess.run(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=900)
     logs = "\n".join((tmp_path / f"node-{i}.log").read_text() for i in range(2) if (tmp_path / f"node-{i}.log").exists())
@@ -76,19 +91,10 @@ def test_a_node_reaches_the_jobs_scheduler_though_the_head_nodes_name_is_127_0_1
     127.0.1.1 (Debian's default), the other node's to the head's address. The job's luigid listens on every interface,
     so both nodes' workers reach it by that name (bound to the name's address, the other node's worker found nothing
 there and failed after its minute of retries), and the run from a web archive finishes on both."""
-    web = synthweb.build_web(seed=5, articles=60, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
-    write_archive(web, "http://127.0.0.1:8000", tmp_path / "archives" / "crawl.warc.gz")
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in EVAL_PASSAGES))
-    config = write_config(tmp_path, work="work", min_tokens=32, vocab_size=600, train="false", train_iters=20)
-    config.write_text(config.read_text().replace('urls = ["urls"]', 'warcs = ["archives"]\n[warc]\nresponses_per_shard = 20'))
+    config = archive_run(tmp_path)
     r = run_cli("slurm", str(config), "--nodes", "2", "--workers", "1", "-o", str(tmp_path / "job.sh"))
     assert r.returncode == 0, r.stderr
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(SRUN_ON_NODES)
-    (bin_dir / "hostname").write_text("#!/bin/sh\necho tmhead\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
+    tools = stand_ins(tmp_path, SRUN_ON_NODES, "tmhead")
     with hosts("head", "node") as net:
         (head, head_address), (node, _) = net["head"], net["node"]
         named = {head: "127.0.1.1", node: head_address}  # what `tmhead` is on each node (ip netns exec mounts it)
@@ -96,8 +102,7 @@ there and failed after its minute of retries), and the run from a web archive fi
             for ns, address in named.items():
                 Path("/etc/netns", ns).mkdir(parents=True)
                 Path("/etc/netns", ns, "hosts").write_text(f"127.0.0.1 localhost\n{address} tmhead\n")
-            env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4343",
-                   "NODES": f"{head} {node}"}
+            env = {**tools, "SLURM_JOB_ID": "4343", "NODES": f"{head} {node}"}
             job = subprocess.run(["ip", "netns", "exec", head, "bash", str(tmp_path / "job.sh")], cwd=tmp_path,
                                  env=env, capture_output=True, text=True, timeout=600)
         finally:
@@ -117,12 +122,7 @@ def test_a_job_whose_scheduler_port_is_taken_stops_with_one_line_before_any_node
 
     config = write_config(tmp_path, work="work", min_tokens=32, vocab_size=600, train="false", train_iters=20)
     assert run_cli("slurm", str(config), "--nodes", "2", "-o", str(tmp_path / "job.sh")).returncode == 0
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text("#!/bin/sh\ntouch srun-ran\n")
-    (bin_dir / "hostname").write_text("#!/bin/sh\necho 127.0.0.1\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
+    tools = stand_ins(tmp_path, "#!/bin/sh\ntouch srun-ran\n", "127.0.0.1")
     for port in range(23456, 40000):  # another service, on a port a job id gives (20000 + id % 20000)
         try:
             taken = socket.create_server(("127.0.0.1", port))
@@ -130,7 +130,7 @@ def test_a_job_whose_scheduler_port_is_taken_stops_with_one_line_before_any_node
         except OSError:
             continue
     with taken:
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": str(port - 20000 + 40000)}
+        env = {**tools, "SLURM_JOB_ID": str(port - 20000 + 40000)}
         job = subprocess.run(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=60)
     assert job.returncode == 1 and not (tmp_path / "srun-ran").exists()
@@ -198,11 +198,7 @@ def test_the_job_script_runs_under_slurm_itself(tmp_path, slurm_node):
     from a web archive finishes, and the job's luigid is gone after it."""
     import socket
 
-    web = synthweb.build_web(seed=5, articles=60, near_duplicates=0, foreign=0, mojibake=0, short=0, faults=False)
-    write_archive(web, "http://127.0.0.1:8000", tmp_path / "archives" / "crawl.warc.gz")
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in EVAL_PASSAGES))
-    config = write_config(tmp_path, work="work", min_tokens=32, vocab_size=600, train="false", train_iters=20)
-    config.write_text(config.read_text().replace('urls = ["urls"]', 'warcs = ["archives"]\n[warc]\nresponses_per_shard = 20'))
+    config = archive_run(tmp_path)
     r = run_cli("slurm", str(config), "--nodes", "1", "--workers", "1", "--time", "10:00",
                 "--job-output", str(tmp_path / "job-%j.log"), "-o", str(tmp_path / "job.sh"))
     assert r.returncode == 0, r.stderr
