@@ -31,24 +31,23 @@ from textmill.workflows.framework import (
     given_or,
     input_units,
     key_of,
-    url_stamps,
 )
 from textmill.workflows.memos import BLACKLIST_KEYS, given_tokenizer, run_config, url_rules
 from textmill.workflows.source_tasks import WarcShard
 from textmill.workflows.targets import ShardTarget, WorkTarget
 
 
-def blacklist_keys(settings: RunConfig, stamps: tuple) -> tuple[str, ...]:
+def blacklist_keys(settings: RunConfig) -> tuple[str, ...]:
     """The key of every blacklist shard: a chain over the units, since a shard's output depends on every
     unit before it (computed in one pass; a task asking for its predecessor's key would recurse as deep as
     there are units)."""
-    if (settings, stamps) not in BLACKLIST_KEYS:
+    if settings not in BLACKLIST_KEYS:
         keys, previous, params = [], None, url_rules(settings.blacklist).params()
         for unit in input_units(settings):
             previous = key_of("blacklist", previous, unit.name, unit.first_line, unit.sha256, params)
             keys.append(previous)
-        BLACKLIST_KEYS[settings, stamps] = tuple(keys)
-    return BLACKLIST_KEYS[settings, stamps]
+        BLACKLIST_KEYS[settings] = tuple(keys)
+    return BLACKLIST_KEYS[settings]
 
 
 class BlacklistCheck(ShardTask):
@@ -114,7 +113,7 @@ class BlacklistShard(ShardTask):
                 "duplicates": [BlacklistDuplicates(self.config, p) for p in partitions]}
 
     def own_key(self) -> str:
-        return blacklist_keys(self.settings, url_stamps(self.settings))[self.shard]
+        return blacklist_keys(self.settings)[self.shard]
 
     def make(self):
         from textmill.pipeline.blacklist import blacklist_shard

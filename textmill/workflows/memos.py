@@ -32,8 +32,8 @@ TASK_KEYS: dict[tuple, str] = {}
 # its own (a filtered dedup shard asks the clusters, which ask a band merge).
 TASK_FOLDERS: dict[tuple, object] = {}
 
-# The chained keys of all blacklist shards by (settings, URL list stamps), computed in one pass.
-BLACKLIST_KEYS: dict[tuple, tuple[str, ...]] = {}
+# The chained keys of all blacklist shards by settings (the URL lists as first read since forget()), in one pass.
+BLACKLIST_KEYS: dict[RunConfig, tuple[str, ...]] = {}
 
 # The URL lists a run's Reddit dumps give, by settings (source_tasks.reddit_lists): every key asks for them.
 REDDIT_LISTS: dict[RunConfig, tuple] = {}
@@ -46,9 +46,9 @@ PLANNED_COUNTS: dict[object, int] = {}
 # asking builds every scattered shard's target.
 GATHERED_FROM: dict[tuple, tuple] = {}
 
-# The units of each part of the corpus by (settings, URL list stamps) (parts.corpus_parts): read from the parts'
-# list once per process, so that a list written part-way through the run changes no task's key in it.
-CORPUS_PARTS: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+# The units of each part of the corpus by settings (parts.corpus_parts): read from the parts' list once per process,
+# so that a list written part-way through the run changes no task's key in it.
+CORPUS_PARTS: dict[RunConfig, tuple[tuple[int, ...], ...]] = {}
 
 
 # The run's settings by run file (or variant), and the times of the graph's input entries by settings, as they were

@@ -18,7 +18,7 @@ from pathlib import Path
 from textmill.io.files import read_json_record, write_json
 from textmill.io.store import publish
 from textmill.run_file import RunConfig
-from textmill.workflows.framework import input_units, unit_name, url_stamps
+from textmill.workflows.framework import input_units, unit_name
 from textmill.workflows.memos import CORPUS_PARTS
 
 
@@ -32,19 +32,18 @@ def ledger_path(settings: RunConfig) -> Path:
 
 def corpus_parts(settings: RunConfig) -> tuple[tuple[int, ...], ...]:
     """The units (shard numbers, in order) of each part of the corpus, the earliest part first."""
-    memo = settings, url_stamps(settings)
-    if memo not in CORPUS_PARTS:
+    if settings not in CORPUS_PARTS:
         names = [unit_name(unit) for unit in input_units(settings)]
         if not in_parts(settings):
-            CORPUS_PARTS[memo] = (tuple(range(len(names))),)
+            CORPUS_PARTS[settings] = (tuple(range(len(names))),)
         else:
             listed = (read_json_record(ledger_path(settings), "every unit is taken as new") or {}).get("parts", [])
             part_of = {name: number for number, part in enumerate(listed) for name in part}
             parts: list[list[int]] = [[] for _ in range(len(listed) + 1)]  # the listed parts, then the new one
             for shard, name in enumerate(names):
                 parts[part_of.get(name, len(listed))].append(shard)
-            CORPUS_PARTS[memo] = tuple(tuple(part) for part in parts if part)
-    return CORPUS_PARTS[memo]
+            CORPUS_PARTS[settings] = tuple(tuple(part) for part in parts if part)
+    return CORPUS_PARTS[settings]
 
 
 def write_ledger(settings: RunConfig) -> None:
